@@ -1,0 +1,156 @@
+#include "shim/config.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define SS_ENV_PREFIX "SRQSHIM_"
+
+static const char *const log_levels[] = {"none", "error", "warn", "info", "debug", NULL};
+
+const struct ss_option ss_options[] = {
+	{
+		.name = "LOG_LEVEL",
+		.defval = "error",
+		.doc = "messages written to stderr (never when stderr is a socket): none, error, warn, "
+		       "info or debug",
+		.offset = offsetof(struct ss_config, log_level),
+		.type = SS_OPT_ENUM,
+		.choices = log_levels,
+	},
+	{
+		.name = "DEVICE",
+		.defval = "",
+		.doc = "RDMA device to use (e.g. rxe0); empty: the device whose GID table holds the "
+		       "connection's local address. Needed for loopback connections",
+		.offset = offsetof(struct ss_config, device),
+		.type = SS_OPT_STRING,
+		.max = sizeof(((struct ss_config *)0)->device) - 1,
+	},
+	{
+		.name = "PORT",
+		.defval = "0",
+		.doc = "device port to use; 0: any active port",
+		.offset = offsetof(struct ss_config, port),
+		.type = SS_OPT_INT,
+		.min = 0,
+		.max = 255,
+	},
+	{
+		.name = "GID_INDEX",
+		.defval = "-1",
+		.doc = "GID table index to use; -1: the GID of the local address (RoCE v2 first)",
+		.offset = offsetof(struct ss_config, gid_index),
+		.type = SS_OPT_INT,
+		.min = -1,
+		.max = 65535,
+	},
+};
+
+const size_t ss_n_options = sizeof(ss_options) / sizeof(ss_options[0]);
+
+int ss_option_parse(const struct ss_option *opt, const char *value, struct ss_config *cfg,
+		    char *err, size_t errlen)
+{
+	char *field = (char *)cfg + opt->offset;
+
+	switch (opt->type) {
+	case SS_OPT_INT: {
+		char *end;
+		long v;
+
+		errno = 0;
+		v = strtol(value, &end, 0);
+		if (end == value || *end != '\0' || errno == ERANGE) {
+			snprintf(err, errlen, "SRQSHIM_%s='%s' is not a number", opt->name, value);
+			return -EINVAL;
+		}
+		if (v < opt->min || v > opt->max) {
+			snprintf(err, errlen, "SRQSHIM_%s=%ld is out of range [%ld, %ld]", opt->name,
+				 v, opt->min, opt->max);
+			return -ERANGE;
+		}
+		*(int *)field = (int)v;
+		return 0;
+	}
+	case SS_OPT_STRING:
+		if (strlen(value) > (size_t)opt->max) {
+			snprintf(err, errlen, "SRQSHIM_%s is longer than %ld characters", opt->name,
+				 opt->max);
+			return -ERANGE;
+		}
+		strcpy(field, value);
+		return 0;
+	case SS_OPT_ENUM:
+		for (int i = 0; opt->choices[i]; i++) {
+			if (strcmp(value, opt->choices[i]) == 0) {
+				*(int *)field = i;
+				return 0;
+			}
+		}
+		int n = snprintf(err, errlen, "SRQSHIM_%s='%s' is not one of:", opt->name, value);
+		for (int i = 0; opt->choices[i] && n > 0 && (size_t)n < errlen; i++)
+			n += snprintf(err + n, errlen - (size_t)n, " %s", opt->choices[i]);
+		return -EINVAL;
+	}
+	snprintf(err, errlen, "SRQSHIM_%s: unknown option type", opt->name);
+	return -EINVAL;
+}
+
+void ss_option_format(const struct ss_option *opt, const struct ss_config *cfg, char *buf,
+		      size_t len)
+{
+	const char *field = (const char *)cfg + opt->offset;
+
+	switch (opt->type) {
+	case SS_OPT_INT:
+		snprintf(buf, len, "%d", *(const int *)field);
+		break;
+	case SS_OPT_STRING:
+		snprintf(buf, len, "%s", field);
+		break;
+	case SS_OPT_ENUM:
+		snprintf(buf, len, "%s", opt->choices[*(const int *)field]);
+		break;
+	}
+}
+
+int ss_config_load(struct ss_config *cfg, ss_config_lookup_fn lookup, void *lookup_arg,
+		   ss_config_report_fn report, void *report_arg)
+{
+	char err[256], var[64];
+	int bad = 0;
+
+	memset(cfg, 0, sizeof(*cfg));
+	for (size_t i = 0; i < ss_n_options; i++) {
+		/* The defaults are parsed too, so the table is their one source. */
+		if (ss_option_parse(&ss_options[i], ss_options[i].defval, cfg, err, sizeof(err)))
+			abort(); /* a bad default is a build defect; tests catch it */
+	}
+	for (size_t i = 0; i < ss_n_options; i++) {
+		const char *value;
+
+		snprintf(var, sizeof(var), SS_ENV_PREFIX "%s", ss_options[i].name);
+		value = lookup(var, lookup_arg);
+		if (!value)
+			continue;
+		if (ss_option_parse(&ss_options[i], value, cfg, err, sizeof(err)) < 0) {
+			bad++;
+			if (report) {
+				size_t n = strlen(err);
+				snprintf(err + n, sizeof(err) - n, "; using the default '%s'",
+					 ss_options[i].defval);
+				report(err, report_arg);
+			}
+		}
+	}
+	return bad;
+}
+
+const char *ss_config_getenv(const char *name, void *arg)
+{
+	(void)arg;
+	return secure_getenv(name);
+}

@@ -1,0 +1,59 @@
+/* The one table of options, read from SRQSHIM_* environment variables. */
+#ifndef SS_SHIM_CONFIG_H
+#define SS_SHIM_CONFIG_H
+
+#include <stddef.h>
+
+struct ss_config {
+	int log_level;   /* enum ss_log_level */
+	char device[64]; /* "" = choose by address */
+	int port;        /* 0 = any active port */
+	int gid_index;   /* -1 = the GID of the local address */
+};
+
+enum ss_opt_type {
+	SS_OPT_INT,
+	SS_OPT_STRING,
+	SS_OPT_ENUM,
+};
+
+struct ss_option {
+	const char *name; /* without the SRQSHIM_ prefix */
+	const char *defval;
+	const char *doc;
+	size_t offset; /* of the field in struct ss_config */
+	enum ss_opt_type type;
+	long min, max;              /* SS_OPT_INT: inclusive range; SS_OPT_STRING: max length */
+	const char *const *choices; /* SS_OPT_ENUM: NULL-terminated names, stored as the index */
+};
+
+extern const struct ss_option ss_options[];
+extern const size_t ss_n_options;
+
+/* Returns the value of variable name (with prefix), or NULL when unset. */
+typedef const char *(*ss_config_lookup_fn)(const char *name, void *arg);
+/* Receives one complete message per rejected value. */
+typedef void (*ss_config_report_fn)(const char *msg, void *arg);
+
+/*
+ * Parses value for opt into cfg. Returns 0, or -EINVAL/-ERANGE with a
+ * message in err (cfg untouched).
+ */
+int ss_option_parse(const struct ss_option *opt, const char *value, struct ss_config *cfg,
+		    char *err, size_t errlen);
+
+/* Writes the current value of opt in cfg as text. */
+void ss_option_format(const struct ss_option *opt, const struct ss_config *cfg, char *buf,
+		      size_t len);
+
+/*
+ * Fills cfg with defaults, then each option set through lookup. A bad value
+ * is reported and leaves the default. Returns the number of bad values.
+ */
+int ss_config_load(struct ss_config *cfg, ss_config_lookup_fn lookup, void *lookup_arg,
+		   ss_config_report_fn report, void *report_arg);
+
+/* lookup function reading the process environment (secure_getenv). */
+const char *ss_config_getenv(const char *name, void *arg);
+
+#endif
