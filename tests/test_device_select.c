@@ -11,6 +11,7 @@
 #include <netinet/in.h>
 #include <sys/un.h>
 
+#include "handshake/gid.h"
 #include "transport/device.h"
 
 /* GIDs as rxe shows them: link-local first, then the IPv4-mapped address. */

@@ -2,13 +2,13 @@
 #include "transport/device.h"
 
 #include <errno.h>
-#include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include <infiniband/verbs.h>
 
+#include "handshake/gid.h"
 #include "transport/log.h"
 
 static const char *const sel_status_names[SS_SEL__COUNT] = {
@@ -29,40 +29,6 @@ const char *ss_sel_status_str(enum ss_sel_status status)
 	return sel_status_names[status];
 }
 
-static const uint8_t v4_mapped_prefix[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
-
-int ss_addr_to_gid(const struct sockaddr *addr, uint8_t gid[16])
-{
-	if (addr->sa_family == AF_INET) {
-		const struct sockaddr_in *sin = (const struct sockaddr_in *)addr;
-		memcpy(gid, v4_mapped_prefix, sizeof(v4_mapped_prefix));
-		memcpy(gid + 12, &sin->sin_addr, 4);
-		return 0;
-	}
-	if (addr->sa_family == AF_INET6) {
-		memcpy(gid, &((const struct sockaddr_in6 *)addr)->sin6_addr, 16);
-		return 0;
-	}
-	return -EAFNOSUPPORT;
-}
-
-static bool gid_is_v4_mapped(const uint8_t gid[16])
-{
-	return memcmp(gid, v4_mapped_prefix, sizeof(v4_mapped_prefix)) == 0;
-}
-
-bool ss_addr_is_loopback(const struct sockaddr *addr)
-{
-	uint8_t gid[16];
-	static const uint8_t v6_loopback[16] = {[15] = 1};
-
-	if (ss_addr_to_gid(addr, gid) < 0)
-		return false;
-	if (gid_is_v4_mapped(gid))
-		return gid[12] == 127;
-	return memcmp(gid, v6_loopback, 16) == 0;
-}
-
 static bool overridden_device(const struct ss_dev_override *ovr)
 {
 	return ovr && ovr->device && ovr->device[0];
@@ -77,7 +43,7 @@ static int gid_rank(const struct ss_gid_desc *g, const uint8_t want[16], bool lo
 	if (!loopback)
 		return memcmp(g->raw, want, 16) == 0 ? rank : 0;
 	/* Loopback on a configured device: any GID works, the address family's kind first. */
-	return rank + (gid_is_v4_mapped(g->raw) == want_v4 ? 3 : 0);
+	return rank + (ss_gid_is_v4_mapped(g->raw) == want_v4 ? 3 : 0);
 }
 
 enum ss_sel_status ss_dev_select(const struct ss_dev_desc *devs, size_t n_devs,
@@ -115,7 +81,7 @@ enum ss_sel_status ss_dev_select(const struct ss_dev_desc *devs, size_t n_devs,
 				if (ovr && ovr->gid_index >= 0)
 					rank = g->index == (unsigned)ovr->gid_index;
 				else
-					rank = gid_rank(g, want, loopback, gid_is_v4_mapped(want));
+					rank = gid_rank(g, want, loopback, ss_gid_is_v4_mapped(want));
 				if (rank > best_rank) {
 					best_rank = rank;
 					best = g;

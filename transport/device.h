@@ -76,12 +76,6 @@ enum ss_sel_status ss_dev_select(const struct ss_dev_desc *devs, size_t n_devs,
 				 const struct sockaddr *local, const struct ss_dev_override *ovr,
 				 struct ss_dev_choice *choice_p);
 
-/* True for 127.0.0.0/8, ::1 and ::ffff:127.0.0.0/104. */
-bool ss_addr_is_loopback(const struct sockaddr *addr);
-
-/* Writes the GID that names addr on RoCE (IPv4-mapped for IPv4); -EAFNOSUPPORT else. */
-int ss_addr_to_gid(const struct sockaddr *addr, uint8_t gid[16]);
-
 /* An opened device with the port and GID chosen for one local address. */
 struct ss_device {
 	struct ibv_context *ctx;
