@@ -1,0 +1,764 @@
+/*
+ * A byte stream over one RC QP with a private receive queue: registered
+ * receive buffers posted per connection, a ring of registered send slots,
+ * and the credit rules of credit.h. Every SEND carries its kind and the
+ * credits it returns in the immediate data (docs/protocol.md, part 2).
+ */
+#include "transport/conn.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <stddef.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <time.h>
+
+#include <infiniband/verbs.h>
+
+#include "transport/credit.h"
+#include "transport/log.h"
+#include "transport/qp.h"
+#include "transport/worker.h"
+
+/* How long a peer whose TCP connection ended may still deliver over RDMA. */
+#define SS_GONE_GRACE_MS 500
+
+enum conn_state {
+	ST_CREATED,   /* QP made, receives posted */
+	ST_CONNECTED, /* QP in RTS; waiting for the commit point */
+	ST_RUNNING,   /* data flows */
+	ST_FAILED,    /* error: reads and writes report a reset */
+	ST_DEAD,      /* destroyed by its owner; the worker frees it */
+};
+
+/* wr_id of sends: the kind in the top bits, the slot sequence below. */
+#define WR_KIND_SHIFT 62
+
+struct rx_ent {
+	uint32_t slot;
+	uint32_t len;
+	uint32_t off; /* bytes already read */
+};
+
+struct ss_conn {
+	pthread_mutex_t lock;
+	pthread_cond_t drained;
+	struct ss_conn *next; /* worker lists: graveyard or timed */
+	struct ss_worker *w;
+	struct ss_devctx *dc;
+	struct ss_conn_hooks hooks;
+	uint32_t sq_depth, rx_window, ctrl_reserve;
+	void *hooks_arg;
+	int liveness_fd;
+	int ep_tag; /* SS_TAG_LIVENESS: the progress loop finds us by this field */
+
+	struct ibv_cq *cq;
+	struct ibv_qp *qp;
+	struct ibv_mr *mr;
+	uint8_t *mem;
+	size_t mem_len;
+	uint32_t psn;
+	unsigned unacked_events;
+
+	uint32_t buf_size;
+	uint32_t n_rx; /* receive slots: data window plus control reserve */
+	struct rx_ent *rxq; /* ring of n_rx, received data in order */
+	uint32_t rxq_head, rxq_count;
+	size_t rx_avail;
+
+	uint8_t *tx_mem;
+	uint32_t n_tx, tx_slot_size, max_inline;
+	uint32_t *tx_len;
+	uint32_t tx_done, tx_posted, tx_open; /* sequence numbers of slots */
+	bool tx_hold;                          /* MSG_MORE: keep the partial last slot */
+
+	struct ss_credit cr;
+	enum conn_state st;
+	bool eos_wanted, eos_posted, eos_done;
+	bool tcp_gone;
+	uint64_t gone_deadline;
+	bool timed; /* on the worker's timer list */
+	unsigned last_ready;
+	struct ss_conn_stats stats;
+};
+
+uint64_t ss_now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+struct ss_conn **ss_conn_next_p(struct ss_conn *c)
+{
+	return &c->next;
+}
+
+uint64_t ss_conn_deadline(struct ss_conn *c)
+{
+	return c->gone_deadline;
+}
+
+static uint8_t *rx_buf(struct ss_conn *c, uint32_t slot)
+{
+	return c->mem + (size_t)slot * c->buf_size;
+}
+
+static uint8_t *tx_buf(struct ss_conn *c, uint32_t seq)
+{
+	return c->tx_mem + (size_t)(seq % c->n_tx) * c->tx_slot_size;
+}
+
+static int post_recv(struct ss_conn *c, uint32_t slot)
+{
+	struct ibv_sge sge = {
+		.addr = (uintptr_t)rx_buf(c, slot),
+		.length = c->buf_size,
+		.lkey = c->mr->lkey,
+	};
+	struct ibv_recv_wr wr = {.wr_id = slot, .sg_list = &sge, .num_sge = 1}, *bad;
+	int ret = ibv_post_recv(c->qp, &wr, &bad);
+
+	if (ret) {
+		ss_log_error("QP %u: ibv_post_recv: %s", c->qp->qp_num, strerror(ret));
+		return -ret;
+	}
+	return 0;
+}
+
+static void fail(struct ss_conn *c, const char *why)
+{
+	if (c->st == ST_FAILED || c->st == ST_DEAD)
+		return;
+	ss_log_info("QP %u: connection failed: %s", c->qp->qp_num, why);
+	c->st = ST_FAILED;
+	ss_qp_to_error(c->qp);
+	pthread_cond_broadcast(&c->drained);
+}
+
+static int post_send(struct ss_conn *c, enum ss_msg_kind kind, uint32_t seq, bool want_more)
+{
+	uint32_t len = kind == SS_KIND_DATA ? c->tx_len[seq % c->n_tx] : 0;
+	struct ibv_sge sge = {.addr = (uintptr_t)tx_buf(c, seq), .length = len, .lkey = c->mr->lkey};
+	struct ibv_send_wr wr = {
+		.wr_id = ((uint64_t)kind << WR_KIND_SHIFT) | seq,
+		.sg_list = &sge,
+		.num_sge = len ? 1 : 0,
+		.opcode = IBV_WR_SEND_WITH_IMM,
+		.send_flags = IBV_SEND_SIGNALED | (len && len <= c->max_inline ? IBV_SEND_INLINE : 0),
+	}, *bad;
+	int ret;
+
+	wr.imm_data = htonl(ss_credit_on_post(&c->cr, kind, want_more));
+	ret = ibv_post_send(c->qp, &wr, &bad);
+	if (ret) {
+		/* Never expected: slots and credits were checked. */
+		ss_log_error("QP %u: ibv_post_send: %s", c->qp->qp_num, strerror(ret));
+		fail(c, "post_send failed");
+		return -ret;
+	}
+	if (kind == SS_KIND_DATA) {
+		c->stats.tx_msgs++;
+		c->stats.tx_bytes += len;
+	}
+	return 0;
+}
+
+static bool tx_pending(const struct ss_conn *c)
+{
+	return c->tx_posted != c->tx_open;
+}
+
+/* Posts what the rules allow: control first (it never waits behind data). */
+static void flush(struct ss_conn *c)
+{
+	if (c->st != ST_RUNNING)
+		return;
+	if (ss_credit_ctrl_due(&c->cr, tx_pending(c)) && ss_credit_can_send_ctrl(&c->cr) &&
+	    post_send(c, SS_KIND_CTRL, 0, tx_pending(c)) < 0)
+		return;
+	while (tx_pending(c) && ss_credit_can_send_data(&c->cr)) {
+		bool last = c->tx_posted + 1 == c->tx_open;
+
+		if (last && c->tx_hold && c->tx_len[c->tx_posted % c->n_tx] < c->tx_slot_size)
+			break;
+		if (post_send(c, SS_KIND_DATA, c->tx_posted, !last) < 0)
+			return;
+		c->tx_posted++;
+	}
+	/* Out of credits with data waiting: the request may be due now. */
+	if (ss_credit_ctrl_due(&c->cr, tx_pending(c)) && ss_credit_can_send_ctrl(&c->cr) &&
+	    post_send(c, SS_KIND_CTRL, 0, tx_pending(c)) < 0)
+		return;
+	if (c->eos_wanted && !c->eos_posted && !tx_pending(c) && ss_credit_can_send_ctrl(&c->cr)) {
+		if (post_send(c, SS_KIND_EOS, 0, false) == 0)
+			c->eos_posted = true;
+	}
+}
+
+static uint32_t tx_free_slots(const struct ss_conn *c)
+{
+	return c->n_tx - (c->tx_open - c->tx_done);
+}
+
+static bool tx_room(const struct ss_conn *c)
+{
+	if (tx_free_slots(c) > 0)
+		return true;
+	return tx_pending(c) && c->tx_len[(c->tx_open - 1) % c->n_tx] < c->tx_slot_size;
+}
+
+static unsigned compute_ready(const struct ss_conn *c)
+{
+	unsigned r = 0;
+
+	switch (c->st) {
+	case ST_CREATED:
+	case ST_CONNECTED:
+	case ST_DEAD:
+		return 0;
+	case ST_FAILED:
+		return SS_RDY_IN | SS_RDY_OUT | SS_RDY_HUP | SS_RDY_ERR | SS_RDY_RDHUP;
+	case ST_RUNNING:
+		break;
+	}
+	if (c->rx_avail || c->cr.eos_received)
+		r |= SS_RDY_IN;
+	if (c->cr.eos_received)
+		r |= SS_RDY_RDHUP;
+	if (!c->eos_wanted && tx_room(c))
+		r |= SS_RDY_OUT;
+	if (c->cr.eos_received && c->eos_wanted)
+		r |= SS_RDY_HUP;
+	return r;
+}
+
+static void report(struct ss_conn *c, bool edge)
+{
+	unsigned r = compute_ready(c);
+
+	if (c->hooks.ready && (r != c->last_ready || edge))
+		c->hooks.ready(c->hooks_arg, r | (edge ? SS_RDY_EDGE : 0));
+	c->last_ready = r;
+}
+
+/* Handles one completion; returns true if it brought new readable data. */
+static bool on_completion(struct ss_conn *c, const struct ibv_wc *wc)
+{
+	if (wc->status != IBV_WC_SUCCESS) {
+		if (c->st != ST_FAILED && c->st != ST_DEAD)
+			ss_log_info("QP %u: completion error %s (%s)", c->qp->qp_num,
+				    ibv_wc_status_str(wc->status), wc->opcode & IBV_WC_RECV ? "recv" : "send");
+		fail(c, ibv_wc_status_str(wc->status));
+		return false;
+	}
+	if (!(wc->opcode & IBV_WC_RECV)) {
+		enum ss_msg_kind kind = (enum ss_msg_kind)(wc->wr_id >> WR_KIND_SHIFT);
+
+		ss_credit_on_send_done(&c->cr, kind);
+		if (kind == SS_KIND_DATA)
+			c->tx_done++; /* one SQ: send completions come in order */
+		else if (kind == SS_KIND_EOS)
+			c->eos_done = true;
+		return false;
+	}
+
+	uint32_t slot = (uint32_t)wc->wr_id;
+	int kind = (wc->wc_flags & IBV_WC_WITH_IMM) ? ss_credit_on_recv(&c->cr, ntohl(wc->imm_data))
+						     : -EPROTO;
+	if (kind < 0 || (kind != SS_KIND_DATA && wc->byte_len) ||
+	    (kind == SS_KIND_DATA && wc->byte_len == 0)) {
+		ss_log_error("QP %u: protocol error in a received message (imm 0x%x, %u bytes)",
+			     c->qp->qp_num, ntohl(wc->imm_data), wc->byte_len);
+		fail(c, "protocol error");
+		return false;
+	}
+	if (kind != SS_KIND_DATA) {
+		if (post_recv(c, slot) < 0)
+			fail(c, "repost failed");
+		return kind == SS_KIND_EOS;
+	}
+	c->rxq[(c->rxq_head + c->rxq_count) % c->n_rx] = (struct rx_ent){slot, wc->byte_len, 0};
+	c->rxq_count++;
+	c->rx_avail += wc->byte_len;
+	c->stats.rx_msgs++;
+	c->stats.rx_bytes += wc->byte_len;
+	return true;
+}
+
+/* Drains the CQ and re-arms it; call with the lock held. */
+static void progress(struct ss_conn *c)
+{
+	struct ibv_wc wc[16];
+	bool edge = false;
+	int n;
+
+	if (c->st == ST_DEAD)
+		return;
+	for (int armed = 0; armed < 2;) {
+		n = ibv_poll_cq(c->cq, 16, wc);
+		if (n < 0) {
+			fail(c, "poll_cq failed");
+			break;
+		}
+		for (int i = 0; i < n; i++)
+			edge |= on_completion(c, &wc[i]);
+		if (n == 16)
+			continue;
+		if (armed++ == 0 && ibv_req_notify_cq(c->cq, 0) != 0) {
+			fail(c, "req_notify_cq failed");
+			break;
+		}
+	}
+	flush(c);
+	if (c->tcp_gone && !c->cr.eos_received && c->st == ST_RUNNING && !c->timed) {
+		c->gone_deadline = ss_now_ms() + SS_GONE_GRACE_MS;
+		c->timed = true;
+		ss_worker_arm_timer(c->w, c);
+	}
+	if (c->eos_done || c->st == ST_FAILED || (!tx_pending(c) && c->tx_done == c->tx_posted))
+		pthread_cond_broadcast(&c->drained);
+	report(c, edge);
+}
+
+void ss_conn_on_cq_event(struct ss_conn *c)
+{
+	pthread_mutex_lock(&c->lock);
+	/* Acknowledged in batches; all of them before the CQ is destroyed. */
+	if (++c->unacked_events >= 64) {
+		ibv_ack_cq_events(c->cq, c->unacked_events);
+		c->unacked_events = 0;
+	}
+	progress(c);
+	pthread_mutex_unlock(&c->lock);
+}
+
+void ss_conn_on_timer(struct ss_conn *c, uint64_t now_ms)
+{
+	pthread_mutex_lock(&c->lock);
+	c->timed = false;
+	if (c->st == ST_RUNNING) {
+		progress(c);
+		if (!c->cr.eos_received && now_ms >= c->gone_deadline) {
+			fail(c, "peer gone without end of stream");
+			report(c, false);
+		}
+	}
+	pthread_mutex_unlock(&c->lock);
+}
+
+struct ss_conn *ss_conn_from_tag(int *tag)
+{
+	return (struct ss_conn *)((char *)tag - offsetof(struct ss_conn, ep_tag));
+}
+
+void ss_conn_on_liveness(struct ss_conn *c)
+{
+	pthread_mutex_lock(&c->lock);
+	if (c->st != ST_DEAD && !c->tcp_gone && c->hooks.peer_gone &&
+	    c->hooks.peer_gone(c->hooks_arg, c->liveness_fd)) {
+		c->tcp_gone = true;
+		epoll_ctl(c->w->epfd, EPOLL_CTL_DEL, c->liveness_fd, NULL);
+		if (c->st == ST_CREATED || c->st == ST_CONNECTED)
+			fail(c, "peer gone during the handshake");
+		progress(c);
+	}
+	pthread_mutex_unlock(&c->lock);
+}
+
+int ss_conn_create(struct ss_worker *w, const struct ss_transport_cfg *cfg,
+		   const struct sockaddr *local, const struct ss_conn_hooks *hooks, void *hooks_arg,
+		   struct ss_conn **conn_p, struct ss_params *mine, enum ss_reason *reason_p)
+{
+	struct ss_qp_caps caps;
+	struct ss_conn *c;
+	size_t rx_len, tx_len;
+	int ret;
+
+	*reason_p = SS_REASON_RESOURCE;
+	c = calloc(1, sizeof(*c));
+	if (!c)
+		return -ENOMEM;
+	pthread_mutex_init(&c->lock, NULL);
+	pthread_cond_init(&c->drained, NULL);
+	c->w = w;
+	c->hooks = *hooks;
+	c->hooks_arg = hooks_arg;
+	c->liveness_fd = -1;
+	c->ep_tag = SS_TAG_LIVENESS;
+	ret = ss_worker_devctx(w, &cfg->dev, local, &c->dc, reason_p);
+	if (ret)
+		goto err_free;
+	*reason_p = SS_REASON_RESOURCE;
+
+	c->sq_depth = cfg->sq_depth;
+	c->rx_window = cfg->rx_window;
+	c->ctrl_reserve = cfg->ctrl_reserve;
+	c->buf_size = cfg->buf_size;
+	c->n_rx = cfg->rx_window + cfg->ctrl_reserve;
+	c->n_tx = cfg->sq_depth - cfg->ctrl_reserve;
+	c->tx_slot_size = cfg->buf_size; /* lowered to the peer's buffer size on connect */
+	c->max_inline = cfg->max_inline;
+	rx_len = (size_t)c->n_rx * c->buf_size;
+	tx_len = (size_t)c->n_tx * c->buf_size;
+	c->mem_len = rx_len + tx_len;
+	c->mem = aligned_alloc(4096, (c->mem_len + 4095) & ~(size_t)4095);
+	c->rxq = calloc(c->n_rx, sizeof(*c->rxq));
+	c->tx_len = calloc(c->n_tx, sizeof(*c->tx_len));
+	if (!c->mem || !c->rxq || !c->tx_len) {
+		ret = -ENOMEM;
+		goto err_free;
+	}
+	c->tx_mem = c->mem + rx_len;
+	/* Local write only: the peer reaches our memory through SENDs alone. */
+	c->mr = ibv_reg_mr(c->dc->pd, c->mem, c->mem_len, IBV_ACCESS_LOCAL_WRITE);
+	if (!c->mr) {
+		ret = -errno;
+		ss_log_error("ibv_reg_mr(%zu bytes): %s", c->mem_len, strerror(errno));
+		goto err_free;
+	}
+	/* Every request of this QP completes here: sends and receives together. */
+	c->cq = ibv_create_cq(c->dc->dev->ctx, (int)(cfg->sq_depth + c->n_rx), c, c->dc->ch, 0);
+	if (!c->cq) {
+		ret = -errno;
+		ss_log_error("ibv_create_cq: %s", strerror(errno));
+		goto err_dereg;
+	}
+	caps = (struct ss_qp_caps){cfg->sq_depth, c->n_rx, cfg->max_inline};
+	ret = ss_qp_create_rc(c->dc->pd, c->cq, c->cq, NULL, &caps, &c->qp);
+	if (ret)
+		goto err_destroy_cq;
+	ret = ss_random_psn(&c->psn);
+	if (ret)
+		goto err_destroy_qp;
+
+	memset(mine, 0, sizeof(*mine));
+	mine->caps = SS_CAP_DATA_V1;
+	mine->recv_mode = SS_RECV_RQ;
+	mine->mtu = (uint8_t)c->dc->dev->active_mtu;
+	mine->sq_depth = (uint16_t)cfg->sq_depth;
+	mine->qpn = c->qp->qp_num;
+	mine->psn = c->psn;
+	memcpy(mine->gid, c->dc->dev->gid, 16);
+	mine->buf_size = c->buf_size;
+	mine->window = cfg->rx_window;
+	c->st = ST_CREATED;
+	*conn_p = c;
+	*reason_p = SS_REASON_NONE;
+	return 0;
+
+err_destroy_qp:
+	ibv_destroy_qp(c->qp);
+err_destroy_cq:
+	ibv_destroy_cq(c->cq);
+err_dereg:
+	ibv_dereg_mr(c->mr);
+err_free:
+	free(c->mem);
+	free(c->rxq);
+	free(c->tx_len);
+	free(c);
+	return ret;
+}
+
+size_t ss_conn_local_gids(const struct ss_conn *c, uint8_t (*gids)[16], size_t max)
+{
+	size_t n = c->dc->n_gids < max ? c->dc->n_gids : max;
+
+	memcpy(gids, c->dc->gids, n * 16);
+	return n;
+}
+
+int ss_conn_watch_liveness(struct ss_conn *c, int fd)
+{
+	struct epoll_event ev = {.events = EPOLLIN | EPOLLRDHUP, .data.ptr = &c->ep_tag};
+
+	pthread_mutex_lock(&c->lock);
+	c->liveness_fd = fd;
+	pthread_mutex_unlock(&c->lock);
+	if (epoll_ctl(c->w->epfd, EPOLL_CTL_ADD, fd, &ev) < 0)
+		return -errno;
+	return 0;
+}
+
+int ss_conn_connect(struct ss_conn *c, const struct ss_params *peer,
+		    const struct ss_agreement *agr)
+{
+	struct ss_qp_peer qp_peer = {.qpn = peer->qpn, .psn = peer->psn, .mtu = agr->mtu};
+	struct ss_credit_cfg ccfg = {
+		.sq_depth = c->sq_depth,
+		.ctrl_reserve = c->ctrl_reserve,
+		.rx_window = c->rx_window,
+		.tx_window = agr->send_window,
+		.grant_threshold = (c->rx_window + 1) / 2,
+	};
+	int ret;
+
+	memcpy(qp_peer.gid, peer->gid, 16);
+	pthread_mutex_lock(&c->lock);
+	ret = ss_credit_init(&c->cr, &ccfg);
+	if (ret)
+		goto out;
+	if (agr->max_send < c->tx_slot_size)
+		c->tx_slot_size = agr->max_send;
+	/* Receives are posted before our side tells the peer it may send. */
+	ret = ss_qp_connect(c->qp, c->dc->dev, &qp_peer, c->psn);
+	if (ret)
+		goto out;
+	for (uint32_t s = 0; s < c->n_rx && ret == 0; s++)
+		ret = post_recv(c, s);
+	if (ret)
+		goto out;
+	ret = ibv_req_notify_cq(c->cq, 0) ? -EIO : 0;
+	if (ret == 0)
+		c->st = ST_CONNECTED;
+out:
+	pthread_mutex_unlock(&c->lock);
+	return ret;
+}
+
+void ss_conn_start(struct ss_conn *c)
+{
+	pthread_mutex_lock(&c->lock);
+	if (c->st == ST_CONNECTED)
+		c->st = ST_RUNNING;
+	progress(c); /* data may have arrived before we knew the peer was ready */
+	pthread_mutex_unlock(&c->lock);
+}
+
+static int state_error(const struct ss_conn *c)
+{
+	return c->st == ST_FAILED ? -ECONNRESET : -ENOTCONN;
+}
+
+ssize_t ss_conn_send(struct ss_conn *c, const struct iovec *iov, int iovcnt, bool more)
+{
+	size_t taken = 0;
+	ssize_t ret;
+
+	pthread_mutex_lock(&c->lock);
+	if (c->st != ST_RUNNING) {
+		ret = state_error(c);
+		goto out;
+	}
+	if (c->eos_wanted) {
+		ret = -EPIPE;
+		goto out;
+	}
+	for (int i = 0; i < iovcnt; i++) {
+		const uint8_t *src = iov[i].iov_base;
+		size_t left = iov[i].iov_len;
+
+		while (left) {
+			uint32_t seq, *len;
+
+			if (tx_pending(c) && c->tx_len[(c->tx_open - 1) % c->n_tx] < c->tx_slot_size) {
+				seq = c->tx_open - 1; /* coalesce into the unposted last slot */
+			} else if (tx_free_slots(c)) {
+				seq = c->tx_open++;
+				c->tx_len[seq % c->n_tx] = 0;
+			} else {
+				goto full;
+			}
+			len = &c->tx_len[seq % c->n_tx];
+			size_t n = c->tx_slot_size - *len < left ? c->tx_slot_size - *len : left;
+			memcpy(tx_buf(c, seq) + *len, src, n);
+			*len += (uint32_t)n;
+			src += n;
+			left -= n;
+			taken += n;
+		}
+	}
+full:
+	c->tx_hold = more && taken;
+	flush(c);
+	ret = taken ? (ssize_t)taken : -EAGAIN;
+	report(c, false);
+out:
+	pthread_mutex_unlock(&c->lock);
+	return ret;
+}
+
+ssize_t ss_conn_recv(struct ss_conn *c, const struct iovec *iov, int iovcnt, bool peek)
+{
+	size_t copied = 0;
+	uint32_t idx = 0, consumed = 0;
+	ssize_t ret;
+
+	pthread_mutex_lock(&c->lock);
+	if (c->st != ST_RUNNING && !(c->st == ST_FAILED && c->rx_avail)) {
+		ret = state_error(c);
+		goto out;
+	}
+	for (int i = 0; i < iovcnt && idx < c->rxq_count; i++) {
+		uint8_t *dst = iov[i].iov_base;
+		size_t left = iov[i].iov_len;
+
+		while (left && idx < c->rxq_count) {
+			struct rx_ent *e = &c->rxq[(c->rxq_head + idx) % c->n_rx];
+			uint32_t off = e->off;
+			size_t n = e->len - off < left ? e->len - off : left;
+
+			memcpy(dst, rx_buf(c, e->slot) + off, n);
+			dst += n;
+			left -= n;
+			copied += n;
+			off += (uint32_t)n;
+			if (!peek)
+				e->off = off;
+			if (off == e->len)
+				idx++;
+			if (peek && off < e->len)
+				break;
+		}
+	}
+	if (!peek) {
+		/* Fully read buffers go back to the receive queue and their credits back to the peer. */
+		while (c->rxq_count && c->rxq[c->rxq_head].off == c->rxq[c->rxq_head].len) {
+			uint32_t slot = c->rxq[c->rxq_head].slot;
+
+			c->rxq_head = (c->rxq_head + 1) % c->n_rx;
+			c->rxq_count--;
+			consumed++;
+			if (c->st == ST_RUNNING && post_recv(c, slot) < 0)
+				fail(c, "repost failed");
+		}
+		c->rx_avail -= copied;
+		if (consumed && c->st == ST_RUNNING) {
+			ss_credit_on_consumed(&c->cr, consumed);
+			flush(c);
+		}
+	}
+	if (copied)
+		ret = (ssize_t)copied;
+	else if (c->st == ST_FAILED)
+		ret = -ECONNRESET;
+	else if (c->cr.eos_received)
+		ret = 0;
+	else
+		ret = -EAGAIN;
+	report(c, false);
+out:
+	pthread_mutex_unlock(&c->lock);
+	return ret;
+}
+
+size_t ss_conn_readable(struct ss_conn *c)
+{
+	size_t n;
+
+	pthread_mutex_lock(&c->lock);
+	n = c->rx_avail;
+	pthread_mutex_unlock(&c->lock);
+	return n;
+}
+
+int ss_conn_shutdown_wr(struct ss_conn *c)
+{
+	int ret = 0;
+
+	pthread_mutex_lock(&c->lock);
+	if (c->st == ST_RUNNING) {
+		c->eos_wanted = true;
+		c->tx_hold = false;
+		flush(c);
+		report(c, false);
+	} else if (c->st != ST_FAILED) {
+		ret = -ENOTCONN;
+	}
+	pthread_mutex_unlock(&c->lock);
+	return ret;
+}
+
+unsigned ss_conn_ready(struct ss_conn *c)
+{
+	unsigned r;
+
+	pthread_mutex_lock(&c->lock);
+	r = compute_ready(c);
+	pthread_mutex_unlock(&c->lock);
+	return r;
+}
+
+int ss_conn_drain(struct ss_conn *c, int timeout_ms)
+{
+	struct timespec dl;
+	int ret = 0;
+
+	clock_gettime(CLOCK_MONOTONIC, &dl);
+	dl.tv_sec += timeout_ms / 1000;
+	dl.tv_nsec += (long)(timeout_ms % 1000) * 1000000;
+	if (dl.tv_nsec >= 1000000000) {
+		dl.tv_sec++;
+		dl.tv_nsec -= 1000000000;
+	}
+	pthread_mutex_lock(&c->lock);
+	c->tx_hold = false;
+	flush(c);
+	while (c->st == ST_RUNNING &&
+	       (tx_pending(c) || c->tx_done != c->tx_posted || (c->eos_wanted && !c->eos_done))) {
+		if (timeout_ms < 0) {
+			pthread_cond_wait(&c->drained, &c->lock);
+		} else if (pthread_cond_timedwait(&c->drained, &c->lock, &dl) == ETIMEDOUT) {
+			ret = -ETIMEDOUT;
+			break;
+		}
+	}
+	if (c->st == ST_FAILED)
+		ret = -ECONNRESET;
+	pthread_mutex_unlock(&c->lock);
+	return ret;
+}
+
+void ss_conn_get_stats(struct ss_conn *c, struct ss_conn_stats *st)
+{
+	pthread_mutex_lock(&c->lock);
+	*st = c->stats;
+	st->grants_sent = c->cr.grants_sent;
+	st->grants_received = c->cr.grants_received;
+	st->requests_sent = c->cr.requests_sent;
+	st->requests_received = c->cr.requests_received;
+	st->tx_credits = c->cr.tx_credits;
+	st->to_return = c->cr.to_return;
+	st->sq_free = c->cr.sq_free;
+	pthread_mutex_unlock(&c->lock);
+}
+
+void ss_conn_destroy(struct ss_conn *c)
+{
+	if (!c)
+		return;
+	pthread_mutex_lock(&c->lock);
+	if (c->liveness_fd >= 0 && !c->tcp_gone)
+		epoll_ctl(c->w->epfd, EPOLL_CTL_DEL, c->liveness_fd, NULL);
+	c->hooks.ready = NULL;
+	c->hooks.peer_gone = NULL;
+	if (c->st != ST_FAILED)
+		ss_qp_to_error(c->qp);
+	c->st = ST_DEAD;
+	pthread_mutex_unlock(&c->lock);
+	/* The progress thread frees it: it is the only one that takes CQ events. */
+	ss_worker_bury(c->w, c);
+}
+
+void ss_conn_free(struct ss_conn *c)
+{
+	struct ibv_wc wc[16];
+
+	while (ibv_poll_cq(c->cq, 16, wc) > 0)
+		;
+	if (c->unacked_events)
+		ibv_ack_cq_events(c->cq, c->unacked_events);
+	ibv_destroy_qp(c->qp);
+	ibv_destroy_cq(c->cq);
+	ibv_dereg_mr(c->mr);
+	free(c->mem);
+	free(c->rxq);
+	free(c->tx_len);
+	pthread_cond_destroy(&c->drained);
+	pthread_mutex_destroy(&c->lock);
+	free(c);
+}

@@ -1,0 +1,142 @@
+/*
+ * One upgraded byte stream over an RC QP, and the worker that progresses it.
+ * The transport knows verbs; it never sees a socket. The shim drives a
+ * connection through this interface and learns about readiness changes
+ * through a callback.
+ */
+#ifndef SS_TRANSPORT_CONN_H
+#define SS_TRANSPORT_CONN_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+
+#include "handshake/hello.h"
+#include "handshake/negotiate.h"
+#include "handshake/reason.h"
+#include "transport/device.h"
+
+struct ss_worker;
+struct ss_conn;
+
+/* Transport settings, from the shim's options table. */
+struct ss_transport_cfg {
+	struct ss_dev_override dev;
+	uint8_t recv_mode;     /* enum ss_recv_mode */
+	uint32_t sq_depth;     /* send work requests per QP, control reserve included */
+	uint32_t rx_window;    /* data receives posted per connection (private RQ) */
+	uint32_t buf_size;     /* bytes per receive buffer and per SEND */
+	uint32_t max_inline;   /* SENDs up to this size go inline */
+	uint32_t ctrl_reserve; /* control messages in flight; receives and SQ slots kept for them */
+};
+
+/* Readiness of a connection, as a TCP socket would show it. */
+enum {
+	SS_RDY_IN = 1u << 0,    /* a read would not block: data, end of stream or error */
+	SS_RDY_OUT = 1u << 1,   /* a write would not block */
+	SS_RDY_RDHUP = 1u << 2, /* the peer ended its stream */
+	SS_RDY_HUP = 1u << 3,   /* both directions are over (or the connection failed) */
+	SS_RDY_ERR = 1u << 4,   /* the connection failed */
+	SS_RDY_EDGE = 1u << 5,  /* new data arrived since the last report: edge for ET waiters */
+};
+
+/*
+ * What the shim hears from a connection. Both are called with the
+ * connection's lock held, by any thread: they may only make system calls,
+ * never call into the transport or take a lock held across transport calls.
+ * After ss_conn_destroy() returns, neither is called again.
+ */
+struct ss_conn_hooks {
+	/* Readiness changed (or new data arrived: SS_RDY_EDGE). */
+	void (*ready)(void *arg, unsigned ready);
+	/* The liveness fd is readable: return true if the peer is gone (EOF, reset). */
+	bool (*peer_gone)(void *arg, int fd);
+};
+
+/* Connection statistics, for the status tool. */
+struct ss_conn_stats {
+	uint64_t tx_bytes, rx_bytes, tx_msgs, rx_msgs;
+	uint64_t grants_sent, grants_received, requests_sent, requests_received;
+	uint32_t tx_credits, to_return, sq_free;
+};
+
+/* The process's worker, created (device-less) on first need. Returns 0 or -errno. */
+int ss_worker_get(struct ss_worker **worker_p);
+
+/*
+ * Forgets the worker after fork in the child: the parent's verbs objects are
+ * never touched or destroyed by the child; a new worker is made on need.
+ */
+void ss_worker_forget_after_fork(void);
+
+/*
+ * Creates a connection for a TCP connection whose local address is local:
+ * picks the device, creates the QP and posts its receives, and fills *mine
+ * with what our HELLO or ACCEPT must carry. Returns 0, or -errno with
+ * *reason_p saying why the connection must stay on TCP.
+ */
+int ss_conn_create(struct ss_worker *w, const struct ss_transport_cfg *cfg,
+		   const struct sockaddr *local,
+		   const struct ss_conn_hooks *hooks, void *hooks_arg, struct ss_conn **conn_p,
+		   struct ss_params *mine, enum ss_reason *reason_p);
+
+/*
+ * Has the progress thread watch fd (the TCP connection) and ask the
+ * peer_gone hook when it becomes readable. A gone peer that did not end its
+ * stream fails the connection after a short grace, so RDMA messages that
+ * the TCP end overtook are still delivered. Returns 0 or -errno.
+ */
+int ss_conn_watch_liveness(struct ss_conn *c, int fd);
+
+/* All GIDs of the connection's device port (for the loopback GID check). */
+size_t ss_conn_local_gids(const struct ss_conn *c, uint8_t (*gids)[16], size_t max);
+
+/*
+ * Connects the QP to the peer (RTR, then RTS). After this our QP can receive
+ * and send; data flows once ss_conn_start() is called. Returns 0 or -errno.
+ */
+int ss_conn_connect(struct ss_conn *c, const struct ss_params *peer,
+		    const struct ss_agreement *agr);
+
+/* The commit point: both QPs can receive. Data may now be sent. */
+void ss_conn_start(struct ss_conn *c);
+
+/*
+ * Copies up to the iovec's bytes into the send path. Returns the count taken
+ * (short when the send buffer is full), -EAGAIN when nothing fits now,
+ * -EPIPE after our own shutdown, -ECONNRESET after a failure. more: the
+ * caller has more to send at once (MSG_MORE): hold a partial message.
+ */
+ssize_t ss_conn_send(struct ss_conn *c, const struct iovec *iov, int iovcnt, bool more);
+
+/*
+ * Copies received bytes into the iovec. Returns the count, 0 at end of
+ * stream, -EAGAIN when nothing is there, -ECONNRESET after a failure.
+ * peek: leave the bytes in place.
+ */
+ssize_t ss_conn_recv(struct ss_conn *c, const struct iovec *iov, int iovcnt, bool peek);
+
+/* Bytes readable now (FIONREAD). */
+size_t ss_conn_readable(struct ss_conn *c);
+
+/* Ends our stream once everything accepted has been sent. Returns 0 or -errno. */
+int ss_conn_shutdown_wr(struct ss_conn *c);
+
+/* Current readiness (SS_RDY_* without EDGE). */
+unsigned ss_conn_ready(struct ss_conn *c);
+
+/*
+ * Waits up to timeout_ms (-1: no limit) until everything accepted has been
+ * sent and acknowledged. Returns 0, -ETIMEDOUT, or -ECONNRESET.
+ */
+int ss_conn_drain(struct ss_conn *c, int timeout_ms);
+
+/* Statistics snapshot. */
+void ss_conn_get_stats(struct ss_conn *c, struct ss_conn_stats *st);
+
+/* Releases the connection (no EOS: call shutdown and drain first). Accepts NULL. */
+void ss_conn_destroy(struct ss_conn *c);
+
+#endif

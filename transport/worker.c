@@ -1,0 +1,307 @@
+/*
+ * The worker: devices opened on first need, and one progress thread that
+ * waits on their completion channels, on the connections' liveness fds and
+ * on a wake-up eventfd. It alone takes CQ events, so it alone frees
+ * connections (ss_worker_bury), which keeps frees and events apart.
+ */
+#include "transport/worker.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <infiniband/verbs.h>
+
+#include "handshake/gid.h"
+#include "transport/log.h"
+
+static pthread_mutex_t worker_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct ss_worker *the_worker;
+
+static void wake(struct ss_worker *w)
+{
+	uint64_t one = 1;
+
+	if (write(w->evfd, &one, sizeof(one)) < 0) {
+		/* A full counter still wakes the thread. */
+	}
+}
+
+static void devctx_free(struct ss_devctx *dc)
+{
+	if (dc->ch)
+		ibv_destroy_comp_channel(dc->ch);
+	if (dc->pd)
+		ibv_dealloc_pd(dc->pd);
+	ss_device_close(dc->dev);
+	free(dc->gids);
+	free(dc);
+}
+
+/* Reads every GID of the chosen port: the loopback check accepts any of them. */
+static int read_port_gids(struct ss_devctx *dc)
+{
+	struct ibv_port_attr pa;
+
+	if (ibv_query_port(dc->dev->ctx, dc->dev->port, &pa))
+		return -EIO;
+	dc->gids = calloc(pa.gid_tbl_len ? (size_t)pa.gid_tbl_len : 1, 16);
+	if (!dc->gids)
+		return -ENOMEM;
+	for (int i = 0; i < pa.gid_tbl_len; i++) {
+		union ibv_gid g;
+		static const uint8_t zero[16];
+
+		if (ibv_query_gid(dc->dev->ctx, dc->dev->port, i, &g) == 0 &&
+		    memcmp(g.raw, zero, 16) != 0)
+			memcpy(dc->gids[dc->n_gids++], g.raw, 16);
+	}
+	return 0;
+}
+
+static enum ss_reason reason_of(enum ss_sel_status st)
+{
+	switch (st) {
+	case SS_SEL_LOOPBACK:
+		return SS_REASON_LOOPBACK;
+	case SS_SEL_OK:
+		return SS_REASON_NONE;
+	default:
+		return SS_REASON_NO_DEVICE;
+	}
+}
+
+int ss_worker_devctx(struct ss_worker *w, const struct ss_dev_override *ovr,
+		     const struct sockaddr *local, struct ss_devctx **dc_p, enum ss_reason *reason_p)
+{
+	struct epoll_event ev = {.events = EPOLLIN};
+	enum ss_sel_status st = SS_SEL_NO_DEVICE;
+	struct ss_devctx *dc;
+	uint8_t key[16];
+	int ret;
+
+	if (ss_addr_to_gid(local, key) < 0) {
+		*reason_p = SS_REASON_NO_DEVICE;
+		return -ENODEV;
+	}
+	pthread_mutex_lock(&w->lock);
+	for (dc = w->devs; dc; dc = dc->next)
+		if (memcmp(dc->key, key, 16) == 0)
+			goto found;
+	dc = calloc(1, sizeof(*dc));
+	if (!dc) {
+		ret = -ENOMEM;
+		*reason_p = SS_REASON_RESOURCE;
+		goto out;
+	}
+	memcpy(dc->key, key, 16);
+	dc->ep_tag = SS_TAG_CHANNEL;
+	ret = ss_device_open_for_addr(local, ovr, &dc->dev, &st);
+	if (ret) {
+		ss_log_info("no RDMA device for this connection: %s", ss_sel_status_str(st));
+		*reason_p = st == SS_SEL_OK ? SS_REASON_RESOURCE : reason_of(st);
+		free(dc);
+		goto out;
+	}
+	*reason_p = SS_REASON_RESOURCE;
+	dc->pd = ibv_alloc_pd(dc->dev->ctx);
+	dc->ch = ibv_create_comp_channel(dc->dev->ctx);
+	if (!dc->pd || !dc->ch) {
+		ret = -errno ? -errno : -ENOMEM;
+		ss_log_error("device %s: cannot make a PD or completion channel", dc->dev->name);
+		devctx_free(dc);
+		goto out;
+	}
+	ret = read_port_gids(dc);
+	if (ret == 0) {
+		fcntl(dc->ch->fd, F_SETFL, fcntl(dc->ch->fd, F_GETFL) | O_NONBLOCK);
+		ev.data.ptr = &dc->ep_tag;
+		if (epoll_ctl(w->epfd, EPOLL_CTL_ADD, dc->ch->fd, &ev) < 0)
+			ret = -errno;
+	}
+	if (ret) {
+		devctx_free(dc);
+		goto out;
+	}
+	ss_log_info("using %s port %u GID index %u", dc->dev->name, dc->dev->port,
+		    dc->dev->gid_index);
+	dc->next = w->devs;
+	w->devs = dc;
+found:
+	*dc_p = dc;
+	*reason_p = SS_REASON_NONE;
+	ret = 0;
+out:
+	pthread_mutex_unlock(&w->lock);
+	return ret;
+}
+
+void ss_worker_bury(struct ss_worker *w, struct ss_conn *c)
+{
+	pthread_mutex_lock(&w->lock);
+	*ss_conn_next_p(c) = w->graveyard;
+	w->graveyard = c;
+	pthread_mutex_unlock(&w->lock);
+	wake(w);
+}
+
+void ss_worker_arm_timer(struct ss_worker *w, struct ss_conn *c)
+{
+	pthread_mutex_lock(&w->lock);
+	*ss_conn_next_p(c) = w->timed;
+	w->timed = c;
+	pthread_mutex_unlock(&w->lock);
+	wake(w);
+}
+
+static void drain_channel(struct ss_devctx *dc)
+{
+	struct ibv_cq *cq;
+	void *ctx;
+
+	/* Non-blocking channel: returns -1 once no event is left. */
+	while (ibv_get_cq_event(dc->ch, &cq, &ctx) == 0)
+		ss_conn_on_cq_event(ctx);
+}
+
+/* Runs due timers; returns the epoll timeout until the next one (-1: none). */
+static int run_timers(struct ss_worker *w)
+{
+	struct ss_conn *due = NULL, **pp, *c;
+	uint64_t now = ss_now_ms(), next = UINT64_MAX;
+
+	pthread_mutex_lock(&w->lock);
+	for (pp = &w->timed; (c = *pp);) {
+		if (ss_conn_deadline(c) <= now) {
+			*pp = *ss_conn_next_p(c);
+			*ss_conn_next_p(c) = due;
+			due = c;
+			continue;
+		}
+		if (ss_conn_deadline(c) < next)
+			next = ss_conn_deadline(c);
+		pp = ss_conn_next_p(c);
+	}
+	pthread_mutex_unlock(&w->lock);
+	while ((c = due)) {
+		due = *ss_conn_next_p(c);
+		ss_conn_on_timer(c, now);
+	}
+	return next == UINT64_MAX ? -1 : (int)(next - now);
+}
+
+static void free_graveyard(struct ss_worker *w)
+{
+	struct ss_conn *c, *next;
+
+	pthread_mutex_lock(&w->lock);
+	c = w->graveyard;
+	w->graveyard = NULL;
+	/* A buried connection may still sit on the timer list: unlink it. */
+	for (struct ss_conn *d = c; d; d = *ss_conn_next_p(d))
+		for (struct ss_conn **pp = &w->timed; *pp; pp = ss_conn_next_p(*pp))
+			if (*pp == d) {
+				*pp = *ss_conn_next_p(d);
+				break;
+			}
+	pthread_mutex_unlock(&w->lock);
+	for (; c; c = next) {
+		next = *ss_conn_next_p(c);
+		ss_conn_free(c);
+	}
+}
+
+static void *progress_main(void *arg)
+{
+	struct ss_worker *w = arg;
+	struct epoll_event evs[64];
+	int timeout = -1;
+
+	for (;;) {
+		int n = epoll_wait(w->epfd, evs, 64, timeout);
+
+		for (int i = 0; i < n; i++) {
+			int *tag = evs[i].data.ptr;
+
+			switch (*tag) {
+			case SS_TAG_WAKE: {
+				uint64_t v;
+				if (read(w->evfd, &v, sizeof(v)) < 0) {
+					/* Nothing to read: another wake-up took it. */
+				}
+				break;
+			}
+			case SS_TAG_CHANNEL:
+				drain_channel((struct ss_devctx *)((char *)tag -
+								   offsetof(struct ss_devctx, ep_tag)));
+				break;
+			case SS_TAG_LIVENESS:
+				ss_conn_on_liveness(ss_conn_from_tag(tag));
+				break;
+			}
+		}
+		free_graveyard(w);
+		timeout = run_timers(w);
+	}
+	return NULL;
+}
+
+int ss_worker_get(struct ss_worker **worker_p)
+{
+	struct epoll_event ev = {.events = EPOLLIN};
+	struct ss_worker *w;
+	sigset_t all, old;
+	int ret = 0;
+
+	pthread_mutex_lock(&worker_lock);
+	if (the_worker)
+		goto out;
+	w = calloc(1, sizeof(*w));
+	if (!w) {
+		ret = -ENOMEM;
+		goto out_unlock;
+	}
+	pthread_mutex_init(&w->lock, NULL);
+	w->ep_tag = SS_TAG_WAKE;
+	w->epfd = epoll_create1(EPOLL_CLOEXEC);
+	w->evfd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	ev.data.ptr = &w->ep_tag;
+	if (w->epfd < 0 || w->evfd < 0 || epoll_ctl(w->epfd, EPOLL_CTL_ADD, w->evfd, &ev) < 0) {
+		ret = -errno;
+		goto err_close;
+	}
+	/* The progress thread takes no signal: they are the application's. */
+	sigfillset(&all);
+	pthread_sigmask(SIG_SETMASK, &all, &old);
+	ret = -pthread_create(&w->thread, NULL, progress_main, w);
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	if (ret)
+		goto err_close;
+	pthread_detach(w->thread);
+	the_worker = w;
+out:
+	*worker_p = the_worker;
+	goto out_unlock;
+err_close:
+	ss_log_error("cannot start the progress thread: %s", strerror(-ret));
+	if (w->epfd >= 0)
+		close(w->epfd);
+	if (w->evfd >= 0)
+		close(w->evfd);
+	free(w);
+out_unlock:
+	pthread_mutex_unlock(&worker_lock);
+	return ret;
+}
+
+void ss_worker_forget_after_fork(void)
+{
+	/* The parent's worker, its thread (absent here) and its verbs objects stay untouched. */
+	pthread_mutex_init(&worker_lock, NULL);
+	the_worker = NULL;
+}

@@ -1,0 +1,59 @@
+/* Internal to transport/: the worker (progress thread, devices) and its services. */
+#ifndef SS_TRANSPORT_WORKER_H
+#define SS_TRANSPORT_WORKER_H
+
+#include <pthread.h>
+#include <stdint.h>
+
+#include "transport/conn.h"
+
+struct ibv_pd;
+struct ibv_comp_channel;
+
+/* What an epoll event's data.ptr points at: the tag field of one of these. */
+enum { SS_TAG_WAKE = 1, SS_TAG_CHANNEL, SS_TAG_LIVENESS };
+
+/* A device opened for one local address, with its PD and completion channel. */
+struct ss_devctx {
+	struct ss_devctx *next;
+	uint8_t key[16]; /* the local address (GID form) it was opened for */
+	struct ss_device *dev;
+	struct ibv_pd *pd;
+	struct ibv_comp_channel *ch;
+	uint8_t (*gids)[16]; /* every GID of the port, for the loopback check */
+	size_t n_gids;
+	int ep_tag; /* SS_TAG_CHANNEL */
+};
+
+struct ss_worker {
+	pthread_mutex_t lock; /* devices, graveyard, timers */
+	struct ss_devctx *devs;
+	int epfd, evfd;
+	int ep_tag; /* SS_TAG_WAKE, for evfd */
+	pthread_t thread;
+	struct ss_conn *graveyard; /* destroyed conns the thread frees */
+	struct ss_conn *timed;     /* conns waiting for a deadline */
+};
+
+/* Finds or opens the device for local (GID form). Returns 0 or -ENODEV with *reason_p. */
+int ss_worker_devctx(struct ss_worker *w, const struct ss_dev_override *ovr,
+		     const struct sockaddr *local, struct ss_devctx **dc_p, enum ss_reason *reason_p);
+
+/* Hands c to the progress thread for freeing. */
+void ss_worker_bury(struct ss_worker *w, struct ss_conn *c);
+
+/* Asks the progress thread to call ss_conn_on_timer(c) once ss_conn_deadline(c) has passed. */
+void ss_worker_arm_timer(struct ss_worker *w, struct ss_conn *c);
+
+/* Progress entry points for the worker thread (conn.c). */
+void ss_conn_on_cq_event(struct ss_conn *c);
+void ss_conn_on_liveness(struct ss_conn *c);
+struct ss_conn *ss_conn_from_tag(int *tag);
+void ss_conn_on_timer(struct ss_conn *c, uint64_t now_ms);
+uint64_t ss_conn_deadline(struct ss_conn *c);
+struct ss_conn **ss_conn_next_p(struct ss_conn *c);
+void ss_conn_free(struct ss_conn *c);
+
+uint64_t ss_now_ms(void);
+
+#endif
