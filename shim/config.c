@@ -9,8 +9,25 @@
 #define SS_ENV_PREFIX "SRQSHIM_"
 
 static const char *const log_levels[] = {"none", "error", "warn", "info", "debug", NULL};
+static const char *const modes[] = {[SS_MODE_TCP] = "tcp", [SS_MODE_RQ] = "rq", NULL};
+
+#define INT_OPTION(NAME, field, def, lo, hi, text)                                                 \
+	{                                                                                          \
+		.name = NAME, .defval = def, .doc = text,                                          \
+		.offset = offsetof(struct ss_config, field), .type = SS_OPT_INT, .min = lo,        \
+		.max = hi,                                                                         \
+	}
 
 const struct ss_option ss_options[] = {
+	{
+		.name = "MODE",
+		.defval = "rq",
+		.doc = "how connections are carried: rq (RDMA, a private receive queue per "
+		       "connection) or tcp (never upgrade)",
+		.offset = offsetof(struct ss_config, mode),
+		.type = SS_OPT_ENUM,
+		.choices = modes,
+	},
 	{
 		.name = "LOG_LEVEL",
 		.defval = "error",
@@ -47,6 +64,25 @@ const struct ss_option ss_options[] = {
 		.min = -1,
 		.max = 65535,
 	},
+	INT_OPTION("SQ_DEPTH", sq_depth, "64", 4, 4096,
+		   "send queue depth per connection (2 entries are kept for control messages)"),
+	INT_OPTION("RQ_DEPTH", rq_depth, "64", 1, 4096,
+		   "receive buffers posted per connection in rq mode: the peer's send window"),
+	INT_OPTION("BUF_SIZE", buf_size, "8192", 256, 1048576,
+		   "bytes per receive buffer, and so the largest single RDMA SEND"),
+	INT_OPTION("MAX_INLINE", max_inline, "64", 0, 256, "SENDs up to this size go inline"),
+	INT_OPTION("HELLO_TIMEOUT_MS", hello_timeout_ms, "2000", 10, 600000,
+		   "client: how long to wait for any answer to a HELLO before taking the server "
+		   "for plain TCP"),
+	INT_OPTION("ACKED_TIMEOUT_MS", acked_timeout_ms, "15000", 10, 600000,
+		   "client: how long to wait for the decision once the server acknowledged"),
+	INT_OPTION("SERVER_WAIT_MS", server_wait_ms, "200", 0, 60000,
+		   "server: how long a first write waits for a client HELLO before the "
+		   "connection is taken for plain TCP (raised by 4 x the TCP round trip)"),
+	INT_OPTION("LINGER_MS", linger_ms, "5000", 0, 600000,
+		   "close and exit: how long to wait for accepted bytes to be delivered"),
+	INT_OPTION("CACHE_TTL_S", cache_ttl_s, "60", 1, 86400,
+		   "how long a destination is remembered as plain or shimmed"),
 };
 
 const size_t ss_n_options = sizeof(ss_options) / sizeof(ss_options[0]);

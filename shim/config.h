@@ -4,11 +4,26 @@
 
 #include <stddef.h>
 
+enum ss_mode {
+	SS_MODE_TCP,
+	SS_MODE_RQ,
+};
+
 struct ss_config {
+	int mode;        /* enum ss_mode */
 	int log_level;   /* enum ss_log_level */
 	char device[64]; /* "" = choose by address */
 	int port;        /* 0 = any active port */
 	int gid_index;   /* -1 = the GID of the local address */
+	int sq_depth;
+	int rq_depth;
+	int buf_size;
+	int max_inline;
+	int hello_timeout_ms;
+	int acked_timeout_ms;
+	int server_wait_ms;
+	int linger_ms;
+	int cache_ttl_s;
 };
 
 enum ss_opt_type {

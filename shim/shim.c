@@ -1,8 +1,11 @@
-/* libsrqshim.so: load-time set-up. Interposition builds on this. */
-#include "shim/config.h"
+/* libsrqshim.so: load-time set-up, fork handling and the linger at exit. */
+#include <pthread.h>
+
+#include "shim/real.h"
+#include "shim/shim.h"
 #include "transport/log.h"
 
-static struct ss_config ss_cfg;
+struct ss_config ss_cfg;
 
 static void report_bad_option(const char *msg, void *arg)
 {
@@ -10,11 +13,46 @@ static void report_bad_option(const char *msg, void *arg)
 	ss_log_error("%s", msg);
 }
 
-/* Runs once at load: read the options (bad values are reported, defaults kept). */
+/* In a forked child: upgraded connections belong to the parent. */
+static void forget_connection(struct ss_sock *s)
+{
+	if (s->state != SS_SOCK_UPGRADED)
+		return;
+	/* Our copies of the private fds go at once: the parent's death must still show. */
+	ss_real.close(s->tcp_fd);
+	ss_real.close(s->shim_fd);
+	s->tcp_fd = s->shim_fd = -1;
+	s->conn = NULL; /* its verbs objects are the parent's: never destroyed here */
+	s->state = SS_SOCK_FOREIGN;
+}
+
+static void after_fork_child(void)
+{
+	ss_sock_for_each(forget_connection);
+	if (ss_tp)
+		ss_tp->worker_forget_after_fork();
+	ss_w = NULL;
+}
+
+static void finish_at_exit(struct ss_sock *s)
+{
+	if (s->state == SS_SOCK_UPGRADED)
+		ss_sock_finish(s);
+}
+
+/* Runs once at load: options (bad values reported, defaults kept), fork handler. */
 __attribute__((constructor)) static void ss_shim_init(void)
 {
 	/* Errors in the log level itself must still be reported: log at the default first. */
 	ss_log_level = SS_LOG_ERROR;
 	ss_config_load(&ss_cfg, ss_config_getenv, NULL, report_bad_option, NULL);
 	ss_log_level = (enum ss_log_level)ss_cfg.log_level;
+	ss_real_init();
+	pthread_atfork(NULL, NULL, after_fork_child);
+}
+
+/* At exit, accepted bytes still get their bounded linger. */
+__attribute__((destructor)) static void ss_shim_fini(void)
+{
+	ss_sock_for_each(finish_at_exit);
 }

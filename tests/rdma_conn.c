@@ -48,14 +48,14 @@ static void on_ready(void *arg, unsigned ready)
 		abort();
 }
 
-static bool never_gone(void *arg, int fd)
+static int tcp_idle(void *arg, int fd)
 {
 	(void)arg;
 	(void)fd;
-	return false;
+	return SS_TCP_IDLE;
 }
 
-static const struct ss_conn_hooks hooks = {.ready = on_ready, .peer_gone = never_gone};
+static const struct ss_conn_hooks hooks = {.ready = on_ready, .tcp_event = tcp_idle};
 
 static void wait_change(struct end *e)
 {

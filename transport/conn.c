@@ -217,9 +217,11 @@ static unsigned compute_ready(const struct ss_conn *c)
 
 	switch (c->st) {
 	case ST_CREATED:
-	case ST_CONNECTED:
 	case ST_DEAD:
 		return 0;
+	case ST_CONNECTED:
+		/* Before the commit point writes are taken (and held); nothing to read yet. */
+		return tx_room(c) ? SS_RDY_OUT : 0;
 	case ST_FAILED:
 		return SS_RDY_IN | SS_RDY_OUT | SS_RDY_HUP | SS_RDY_ERR | SS_RDY_RDHUP;
 	case ST_RUNNING:
@@ -267,6 +269,9 @@ static bool on_completion(struct ss_conn *c, const struct ibv_wc *wc)
 	}
 
 	uint32_t slot = (uint32_t)wc->wr_id;
+	/* Any message from the peer proves its QP receives: the commit point has passed. */
+	if (c->st == ST_CONNECTED)
+		c->st = ST_RUNNING;
 	int kind = (wc->wc_flags & IBV_WC_WITH_IMM) ? ss_credit_on_recv(&c->cr, ntohl(wc->imm_data))
 						     : -EPROTO;
 	if (kind < 0 || (kind != SS_KIND_DATA && wc->byte_len) ||
@@ -358,8 +363,14 @@ struct ss_conn *ss_conn_from_tag(int *tag)
 void ss_conn_on_liveness(struct ss_conn *c)
 {
 	pthread_mutex_lock(&c->lock);
-	if (c->st != ST_DEAD && !c->tcp_gone && c->hooks.peer_gone &&
-	    c->hooks.peer_gone(c->hooks_arg, c->liveness_fd)) {
+	int ev = c->st != ST_DEAD && !c->tcp_gone && c->hooks.tcp_event
+			 ? c->hooks.tcp_event(c->hooks_arg, c->liveness_fd)
+			 : SS_TCP_IDLE;
+
+	if (ev == SS_TCP_COMMIT && c->st == ST_CONNECTED) {
+		c->st = ST_RUNNING;
+		progress(c);
+	} else if (ev == SS_TCP_GONE) {
 		c->tcp_gone = true;
 		epoll_ctl(c->w->epfd, EPOLL_CTL_DEL, c->liveness_fd, NULL);
 		if (c->st == ST_CREATED || c->st == ST_CONNECTED)
@@ -531,6 +542,8 @@ void ss_conn_start(struct ss_conn *c)
 
 static int state_error(const struct ss_conn *c)
 {
+	if (c->st == ST_CONNECTED)
+		return -EAGAIN; /* the peer has not said it is ready yet */
 	return c->st == ST_FAILED ? -ECONNRESET : -ENOTCONN;
 }
 
@@ -540,7 +553,7 @@ ssize_t ss_conn_send(struct ss_conn *c, const struct iovec *iov, int iovcnt, boo
 	ssize_t ret;
 
 	pthread_mutex_lock(&c->lock);
-	if (c->st != ST_RUNNING) {
+	if (c->st != ST_RUNNING && c->st != ST_CONNECTED) {
 		ret = state_error(c);
 		goto out;
 	}
@@ -661,7 +674,7 @@ int ss_conn_shutdown_wr(struct ss_conn *c)
 	int ret = 0;
 
 	pthread_mutex_lock(&c->lock);
-	if (c->st == ST_RUNNING) {
+	if (c->st == ST_RUNNING || c->st == ST_CONNECTED) {
 		c->eos_wanted = true;
 		c->tx_hold = false;
 		flush(c);
@@ -681,6 +694,15 @@ unsigned ss_conn_ready(struct ss_conn *c)
 	r = compute_ready(c);
 	pthread_mutex_unlock(&c->lock);
 	return r;
+}
+
+void ss_conn_resync(struct ss_conn *c)
+{
+	pthread_mutex_lock(&c->lock);
+	if (c->hooks.ready)
+		c->hooks.ready(c->hooks_arg, compute_ready(c));
+	c->last_ready = compute_ready(c);
+	pthread_mutex_unlock(&c->lock);
 }
 
 int ss_conn_drain(struct ss_conn *c, int timeout_ms)
@@ -735,7 +757,7 @@ void ss_conn_destroy(struct ss_conn *c)
 	if (c->liveness_fd >= 0 && !c->tcp_gone)
 		epoll_ctl(c->w->epfd, EPOLL_CTL_DEL, c->liveness_fd, NULL);
 	c->hooks.ready = NULL;
-	c->hooks.peer_gone = NULL;
+	c->hooks.tcp_event = NULL;
 	if (c->st != ST_FAILED)
 		ss_qp_to_error(c->qp);
 	c->st = ST_DEAD;
@@ -762,3 +784,29 @@ void ss_conn_free(struct ss_conn *c)
 	pthread_mutex_destroy(&c->lock);
 	free(c);
 }
+
+void ss_transport_set_log_level(int level)
+{
+	ss_log_level = (enum ss_log_level)level;
+}
+
+__attribute__((visibility("default"))) const struct ss_transport_ops ss_transport_ops = {
+	.version = SS_TRANSPORT_OPS_VERSION,
+	.set_log_level = ss_transport_set_log_level,
+	.worker_get = ss_worker_get,
+	.worker_forget_after_fork = ss_worker_forget_after_fork,
+	.conn_create = ss_conn_create,
+	.conn_watch_liveness = ss_conn_watch_liveness,
+	.conn_local_gids = ss_conn_local_gids,
+	.conn_connect = ss_conn_connect,
+	.conn_start = ss_conn_start,
+	.conn_send = ss_conn_send,
+	.conn_recv = ss_conn_recv,
+	.conn_readable = ss_conn_readable,
+	.conn_shutdown_wr = ss_conn_shutdown_wr,
+	.conn_ready = ss_conn_ready,
+	.conn_resync = ss_conn_resync,
+	.conn_drain = ss_conn_drain,
+	.conn_get_stats = ss_conn_get_stats,
+	.conn_destroy = ss_conn_destroy,
+};

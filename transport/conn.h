@@ -51,8 +51,14 @@ enum {
 struct ss_conn_hooks {
 	/* Readiness changed (or new data arrived: SS_RDY_EDGE). */
 	void (*ready)(void *arg, unsigned ready);
-	/* The liveness fd is readable: return true if the peer is gone (EOF, reset). */
-	bool (*peer_gone)(void *arg, int fd);
+	/* The liveness fd is readable: return what it said (enum ss_tcp_event). */
+	int (*tcp_event)(void *arg, int fd);
+};
+
+enum ss_tcp_event {
+	SS_TCP_IDLE,   /* nothing that matters */
+	SS_TCP_COMMIT, /* the peer says its QP is ready to receive: start */
+	SS_TCP_GONE,   /* end of file or reset: the peer process is gone */
 };
 
 /* Connection statistics, for the status tool. */
@@ -84,7 +90,7 @@ int ss_conn_create(struct ss_worker *w, const struct ss_transport_cfg *cfg,
 
 /*
  * Has the progress thread watch fd (the TCP connection) and ask the
- * peer_gone hook when it becomes readable. A gone peer that did not end its
+ * tcp_event hook when it becomes readable. A gone peer that did not end its
  * stream fails the connection after a short grace, so RDMA messages that
  * the TCP end overtook are still delivered. Returns 0 or -errno.
  */
@@ -127,6 +133,9 @@ int ss_conn_shutdown_wr(struct ss_conn *c);
 /* Current readiness (SS_RDY_* without EDGE). */
 unsigned ss_conn_ready(struct ss_conn *c);
 
+/* Calls the ready hook with the current readiness, changed or not. */
+void ss_conn_resync(struct ss_conn *c);
+
 /*
  * Waits up to timeout_ms (-1: no limit) until everything accepted has been
  * sent and acknowledged. Returns 0, -ETIMEDOUT, or -ECONNRESET.
@@ -138,5 +147,44 @@ void ss_conn_get_stats(struct ss_conn *c, struct ss_conn_stats *st);
 
 /* Releases the connection (no EOS: call shutdown and drain first). Accepts NULL. */
 void ss_conn_destroy(struct ss_conn *c);
+
+/* Sets the transport's log level (the module keeps its own copy). */
+void ss_transport_set_log_level(int level);
+
+/*
+ * The transport as the shim sees it: libsrqshim.so loads the transport
+ * module (and with it libibverbs) on first need and calls through this
+ * table, so a process without TCP connections, or a host without
+ * rdma-core, never loads verbs.
+ */
+struct ss_transport_ops {
+	unsigned version; /* SS_TRANSPORT_OPS_VERSION */
+	void (*set_log_level)(int level);
+	int (*worker_get)(struct ss_worker **worker_p);
+	void (*worker_forget_after_fork)(void);
+	int (*conn_create)(struct ss_worker *w, const struct ss_transport_cfg *cfg,
+			   const struct sockaddr *local, const struct ss_conn_hooks *hooks,
+			   void *hooks_arg, struct ss_conn **conn_p, struct ss_params *mine,
+			   enum ss_reason *reason_p);
+	int (*conn_watch_liveness)(struct ss_conn *c, int fd);
+	size_t (*conn_local_gids)(const struct ss_conn *c, uint8_t (*gids)[16], size_t max);
+	int (*conn_connect)(struct ss_conn *c, const struct ss_params *peer,
+			    const struct ss_agreement *agr);
+	void (*conn_start)(struct ss_conn *c);
+	ssize_t (*conn_send)(struct ss_conn *c, const struct iovec *iov, int iovcnt, bool more);
+	ssize_t (*conn_recv)(struct ss_conn *c, const struct iovec *iov, int iovcnt, bool peek);
+	size_t (*conn_readable)(struct ss_conn *c);
+	int (*conn_shutdown_wr)(struct ss_conn *c);
+	unsigned (*conn_ready)(struct ss_conn *c);
+	void (*conn_resync)(struct ss_conn *c);
+	int (*conn_drain)(struct ss_conn *c, int timeout_ms);
+	void (*conn_get_stats)(struct ss_conn *c, struct ss_conn_stats *st);
+	void (*conn_destroy)(struct ss_conn *c);
+};
+
+extern const struct ss_transport_ops ss_transport_ops;
+
+#define SS_TRANSPORT_OPS_VERSION 1
+#define SS_TRANSPORT_OPS_SYMBOL  "ss_transport_ops"
 
 #endif

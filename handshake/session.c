@@ -1,0 +1,108 @@
+#include "handshake/session.h"
+
+#include <errno.h>
+#include <sys/socket.h>
+#include <time.h>
+
+uint64_t ss_hs_now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+static int remaining(uint64_t deadline_ms)
+{
+	uint64_t now = ss_hs_now_ms();
+
+	return deadline_ms > now ? (int)(deadline_ms - now) : 0;
+}
+
+/* Waits for events on fd until the deadline: 1 ready, 0 timed out, -errno. */
+static int wait_fd(const struct ss_hs_io *io, int fd, short events, uint64_t deadline_ms)
+{
+	for (;;) {
+		struct pollfd p = {.fd = fd, .events = events};
+		int n = io->poll(&p, 1, remaining(deadline_ms));
+
+		if (n > 0)
+			return 1;
+		if (n == 0)
+			return 0;
+		if (errno != EINTR)
+			return -errno;
+	}
+}
+
+int ss_hs_write(const struct ss_hs_io *io, int fd, const struct ss_msg *m, uint64_t deadline_ms)
+{
+	uint8_t buf[SS_HELLO_MAX_LEN];
+	int len = ss_msg_encode(m, buf, sizeof(buf));
+	size_t off = 0;
+
+	if (len < 0)
+		return len;
+	while (off < (size_t)len) {
+		ssize_t n = io->send(fd, buf + off, (size_t)len - off, MSG_DONTWAIT | MSG_NOSIGNAL);
+
+		if (n > 0) {
+			off += (size_t)n;
+			continue;
+		}
+		if (n < 0 && errno != EAGAIN && errno != EINTR)
+			return -errno;
+		int w = wait_fd(io, fd, POLLOUT, deadline_ms);
+		if (w == 0)
+			return -ETIMEDOUT;
+		if (w < 0)
+			return w;
+	}
+	return 0;
+}
+
+enum ss_hs_read_result ss_hs_read(const struct ss_hs_io *io, int fd, struct ss_msg *m,
+				  uint64_t deadline_ms, enum ss_dec_result *dec_p)
+{
+	uint8_t buf[SS_HELLO_MAX_LEN];
+	size_t last_len = 0;
+
+	for (;;) {
+		ssize_t n = io->recv(fd, buf, sizeof(buf), MSG_PEEK | MSG_DONTWAIT);
+		size_t used;
+
+		if (n == 0)
+			return SS_HSR_EOF;
+		if (n < 0 && errno != EAGAIN && errno != EINTR)
+			return SS_HSR_ERROR;
+		if (n > 0) {
+			enum ss_dec_result r = ss_msg_decode(buf, (size_t)n, m, &used);
+
+			if (r == SS_DEC_FOREIGN)
+				return SS_HSR_FOREIGN;
+			if (r == SS_DEC_MALFORMED || r == SS_DEC_UNSUPPORTED) {
+				if (dec_p)
+					*dec_p = r;
+				return SS_HSR_BAD;
+			}
+			if (r == SS_DEC_OK) {
+				/* Take exactly this message: what follows belongs to the stream. */
+				ssize_t got = io->recv(fd, buf, used, MSG_DONTWAIT);
+				return got == (ssize_t)used ? SS_HSR_MSG : SS_HSR_ERROR;
+			}
+		}
+		/* Nothing, or a partial message: wait for more bytes. */
+		if (remaining(deadline_ms) == 0)
+			return SS_HSR_TIMEOUT;
+		if (n <= 0) {
+			int w = wait_fd(io, fd, POLLIN, deadline_ms);
+			if (w < 0)
+				return SS_HSR_ERROR;
+			continue;
+		}
+		/* Readable already: poll would not wait; nap briefly for the rest. */
+		if ((size_t)n == last_len)
+			io->poll(NULL, 0, 1);
+		last_len = (size_t)n;
+	}
+}

@@ -1,0 +1,45 @@
+/*
+ * Handshake messages over a TCP fd: write one, or look at the next bytes and
+ * take exactly one message off the stream (never a byte more, never a byte
+ * of a foreign stream). The caller passes the real socket functions, so
+ * this layer knows nothing of interposition.
+ */
+#ifndef SS_HANDSHAKE_SESSION_H
+#define SS_HANDSHAKE_SESSION_H
+
+#include <poll.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "handshake/hello.h"
+
+struct ss_hs_io {
+	ssize_t (*send)(int fd, const void *buf, size_t len, int flags);
+	ssize_t (*recv)(int fd, void *buf, size_t len, int flags);
+	int (*poll)(struct pollfd *fds, nfds_t n, int timeout);
+};
+
+enum ss_hs_read_result {
+	SS_HSR_MSG,       /* a whole message was taken off the stream into *m */
+	SS_HSR_FOREIGN,   /* the next bytes are not a handshake message; nothing taken */
+	SS_HSR_BAD,       /* our magic, but malformed or unsupported; nothing taken */
+	SS_HSR_EOF,       /* the peer closed before any message */
+	SS_HSR_TIMEOUT,   /* the deadline passed first (a partial message stays in place) */
+	SS_HSR_ERROR,     /* the connection failed (reset, ...) */
+};
+
+/* Milliseconds on CLOCK_MONOTONIC. */
+uint64_t ss_hs_now_ms(void);
+
+/* Writes m completely before deadline_ms. Returns 0, -ETIMEDOUT or -errno. */
+int ss_hs_write(const struct ss_hs_io *io, int fd, const struct ss_msg *m, uint64_t deadline_ms);
+
+/*
+ * Waits until deadline_ms for the next bytes of fd and classifies them;
+ * on SS_HSR_MSG the message is consumed. *dec_p (may be NULL) receives the
+ * decoder's verdict for SS_HSR_BAD.
+ */
+enum ss_hs_read_result ss_hs_read(const struct ss_hs_io *io, int fd, struct ss_msg *m,
+				  uint64_t deadline_ms, enum ss_dec_result *dec_p);
+
+#endif

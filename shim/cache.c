@@ -1,0 +1,218 @@
+/*
+ * What probes found out about destinations, shared by one user's shimmed
+ * processes in one network namespace: a small file of fixed records under
+ * /dev/shm, owned by the user and writable by nobody else, checked on every
+ * open, locked with flock for each read-modify-write. Any doubt about the
+ * file means no cache, never a wrong answer: the connection then probes.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "shim/real.h"
+#include "shim/shim.h"
+#include "transport/log.h"
+
+#define CACHE_MAGIC   0x53524351434831ull /* "SRQCH1" */
+#define CACHE_RECORDS 256
+#define PROBE_WAIT_MS 5000 /* longest wait for another process's probe */
+
+enum { REC_FREE, REC_PLAIN, REC_SHIMMED, REC_PROBING };
+
+struct cache_rec {
+	uint8_t addr[16]; /* IPv4 as IPv4-mapped */
+	uint16_t port;
+	uint8_t state;
+	uint8_t pad;
+	int32_t prober; /* pid, while probing */
+	int64_t expires_ms; /* CLOCK_REALTIME */
+};
+
+struct cache_file {
+	uint64_t magic;
+	uint32_t n_records;
+	uint32_t rec_size;
+	struct cache_rec rec[CACHE_RECORDS];
+};
+
+static int64_t now_real_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static void dest_key(const struct sockaddr *a, uint8_t addr[16], uint16_t *port)
+{
+	memset(addr, 0, 16);
+	if (a->sa_family == AF_INET) {
+		const struct sockaddr_in *sin = (const struct sockaddr_in *)a;
+		addr[10] = addr[11] = 0xff;
+		memcpy(addr + 12, &sin->sin_addr, 4);
+		*port = sin->sin_port;
+	} else {
+		const struct sockaddr_in6 *sin6 = (const struct sockaddr_in6 *)a;
+		memcpy(addr, &sin6->sin6_addr, 16);
+		*port = sin6->sin6_port;
+	}
+}
+
+/* Opens the cache file locked; returns its fd or -1 (no cache). */
+static int cache_open(void)
+{
+	char path[128];
+	struct stat st, ns;
+	int fd;
+
+	if (stat("/proc/self/ns/net", &ns) != 0)
+		ns.st_ino = 0;
+	snprintf(path, sizeof(path), "/dev/shm/srqshim-%u-%lu.cache", (unsigned)getuid(),
+		 (unsigned long)ns.st_ino);
+	fd = open(path, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
+	if (fd < 0)
+		return -1;
+	/* Ours alone, or not used at all. */
+	if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_uid != getuid() ||
+	    (st.st_mode & 0022) || flock(fd, LOCK_EX) != 0) {
+		ss_log_warn("%s is not a private regular file: no destination cache", path);
+		ss_real.close(fd);
+		return -1;
+	}
+	return fd;
+}
+
+static bool cache_read(int fd, struct cache_file *f)
+{
+	ssize_t n = pread(fd, f, sizeof(*f), 0);
+
+	if (n == (ssize_t)sizeof(*f) && f->magic == CACHE_MAGIC && f->n_records == CACHE_RECORDS &&
+	    f->rec_size == sizeof(struct cache_rec))
+		return true;
+	/* Empty, short, foreign or of another version: start afresh. */
+	memset(f, 0, sizeof(*f));
+	f->magic = CACHE_MAGIC;
+	f->n_records = CACHE_RECORDS;
+	f->rec_size = sizeof(struct cache_rec);
+	return false;
+}
+
+static void cache_write(int fd, const struct cache_file *f)
+{
+	if (pwrite(fd, f, sizeof(*f), 0) != (ssize_t)sizeof(*f))
+		ss_log_warn("cannot write the destination cache");
+}
+
+static struct cache_rec *find(struct cache_file *f, const uint8_t addr[16], uint16_t port,
+			      bool make)
+{
+	struct cache_rec *free_rec = NULL, *oldest = &f->rec[0];
+	int64_t now = now_real_ms();
+
+	for (int i = 0; i < CACHE_RECORDS; i++) {
+		struct cache_rec *r = &f->rec[i];
+
+		if (r->state != REC_FREE && r->expires_ms <= now)
+			r->state = REC_FREE;
+		if (r->state == REC_FREE) {
+			if (!free_rec)
+				free_rec = r;
+			continue;
+		}
+		if (r->port == port && memcmp(r->addr, addr, 16) == 0)
+			return r;
+		if (r->expires_ms < oldest->expires_ms)
+			oldest = r;
+	}
+	if (!make)
+		return NULL;
+	struct cache_rec *r = free_rec ? free_rec : oldest;
+	memset(r, 0, sizeof(*r));
+	memcpy(r->addr, addr, 16);
+	r->port = port;
+	return r;
+}
+
+static bool prober_alive(const struct cache_rec *r)
+{
+	return r->prober > 0 && (kill(r->prober, 0) == 0 || errno == EPERM);
+}
+
+enum ss_dest_state ss_cache_begin(const struct sockaddr *dst, bool *prober_p)
+{
+	static struct cache_file f; /* big: not on the application's stack */
+	static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+	uint64_t give_up = ss_hs_now_ms() + PROBE_WAIT_MS;
+	uint8_t addr[16];
+	uint16_t port;
+
+	*prober_p = false;
+	dest_key(dst, addr, &port);
+	for (;;) {
+		enum ss_dest_state st = SS_DEST_UNKNOWN;
+		bool wait = false;
+		int fd = cache_open();
+
+		if (fd < 0)
+			return SS_DEST_UNKNOWN;
+		pthread_mutex_lock(&lock);
+		cache_read(fd, &f);
+		struct cache_rec *r = find(&f, addr, port, true);
+		if (r->state == REC_PLAIN) {
+			st = SS_DEST_PLAIN;
+		} else if (r->state == REC_SHIMMED) {
+			st = SS_DEST_SHIMMED;
+		} else if (r->state == REC_PROBING && prober_alive(r) && ss_hs_now_ms() < give_up) {
+			wait = true;
+		} else {
+			/* Unknown (or its prober died or took too long): we probe. */
+			r->state = REC_PROBING;
+			r->prober = getpid();
+			r->expires_ms = now_real_ms() + ss_cfg.acked_timeout_ms + 1000;
+			cache_write(fd, &f);
+			*prober_p = true;
+		}
+		pthread_mutex_unlock(&lock);
+		ss_real.close(fd); /* releases the flock */
+		if (!wait)
+			return st;
+		ss_real.poll(NULL, 0, 10);
+	}
+}
+
+void ss_cache_record(const struct sockaddr *dst, enum ss_dest_state st)
+{
+	static struct cache_file f;
+	static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+	uint8_t addr[16];
+	uint16_t port;
+	int fd = cache_open();
+
+	if (fd < 0)
+		return;
+	dest_key(dst, addr, &port);
+	pthread_mutex_lock(&lock);
+	cache_read(fd, &f);
+	struct cache_rec *r = find(&f, addr, port, st != SS_DEST_UNKNOWN);
+	if (r) {
+		if (st == SS_DEST_UNKNOWN) {
+			if (r->state == REC_PROBING && r->prober == getpid())
+				r->state = REC_FREE;
+		} else if (!(st == SS_DEST_PLAIN && r->state == REC_SHIMMED)) {
+			/* A destination once seen shimmed is never demoted by silence. */
+			r->state = st == SS_DEST_PLAIN ? REC_PLAIN : REC_SHIMMED;
+			r->prober = 0;
+			r->expires_ms = now_real_ms() + (int64_t)ss_cfg.cache_ttl_s * 1000;
+		}
+		cache_write(fd, &f);
+	}
+	pthread_mutex_unlock(&lock);
+	ss_real.close(fd);
+}

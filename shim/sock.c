@@ -1,0 +1,213 @@
+/*
+ * The fd table: one slot per possible fd, read without a lock on the path of
+ * every call. A slot holds NULL (never seen), PLAIN_MARK (seen, not ours) or
+ * an entry. Entries are reference counted; a striped lock makes "load the
+ * slot and take a reference" atomic with respect to close.
+ */
+#include "shim/sock.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/resource.h>
+
+#include "shim/real.h"
+#include "shim/shim.h"
+
+#define PLAIN_MARK ((struct ss_sock *)1)
+#define N_STRIPES  64
+
+static struct ss_sock **table;
+static int table_len;
+static int table_hwm; /* one past the highest fd ever given an entry */
+static pthread_mutex_t stripes[N_STRIPES];
+static pthread_once_t table_once = PTHREAD_ONCE_INIT;
+
+static void table_init(void)
+{
+	struct rlimit rl;
+	size_t len;
+
+	if (getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_max == RLIM_INFINITY ||
+	    rl.rlim_max > (1u << 22))
+		rl.rlim_max = 1u << 22;
+	if (rl.rlim_max < 65536)
+		rl.rlim_max = 65536;
+	len = (size_t)rl.rlim_max * sizeof(*table);
+	/* Untouched pages cost nothing: the table is as long as the hard limit allows. */
+	table = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
+		     -1, 0);
+	if (table == MAP_FAILED) {
+		table = NULL;
+		return;
+	}
+	table_len = (int)rl.rlim_max;
+	for (int i = 0; i < N_STRIPES; i++)
+		pthread_mutex_init(&stripes[i], NULL);
+}
+
+static inline bool table_ready(void)
+{
+	pthread_once(&table_once, table_init);
+	return table != NULL;
+}
+
+int ss_sock_table_size(void)
+{
+	return table_ready() ? table_len : 0;
+}
+
+struct ss_sock *ss_sock_get(int fd)
+{
+	struct ss_sock *s;
+
+	if (fd < 0 || !table_ready() || fd >= table_len)
+		return NULL;
+	s = __atomic_load_n(&table[fd], __ATOMIC_ACQUIRE);
+	if (s == NULL || s == PLAIN_MARK)
+		return NULL;
+	pthread_mutex_lock(&stripes[fd % N_STRIPES]);
+	s = table[fd];
+	if (s == PLAIN_MARK)
+		s = NULL;
+	if (s)
+		__atomic_add_fetch(&s->refs, 1, __ATOMIC_ACQ_REL);
+	pthread_mutex_unlock(&stripes[fd % N_STRIPES]);
+	return s;
+}
+
+void ss_sock_put(struct ss_sock *s)
+{
+	if (!s || __atomic_sub_fetch(&s->refs, 1, __ATOMIC_ACQ_REL) != 0)
+		return;
+	if (s->conn)
+		ss_tp->conn_destroy(s->conn);
+	if (s->tcp_fd >= 0)
+		ss_real.close(s->tcp_fd);
+	if (s->shim_fd >= 0)
+		ss_real.close(s->shim_fd);
+	pthread_mutex_destroy(&s->lock);
+	pthread_mutex_destroy(&s->fd_lock);
+	free(s);
+}
+
+static struct ss_sock *slot_swap(int fd, struct ss_sock *v)
+{
+	struct ss_sock *old;
+
+	pthread_mutex_lock(&stripes[fd % N_STRIPES]);
+	old = table[fd];
+	__atomic_store_n(&table[fd], v, __ATOMIC_RELEASE);
+	pthread_mutex_unlock(&stripes[fd % N_STRIPES]);
+	return old == PLAIN_MARK ? NULL : old;
+}
+
+struct ss_sock *ss_sock_new(int fd, int domain, enum ss_sock_state state)
+{
+	struct ss_sock *s, *old;
+
+	if (fd < 0 || !table_ready() || fd >= table_len)
+		return NULL;
+	s = calloc(1, sizeof(*s));
+	if (!s)
+		return NULL;
+	pthread_mutex_init(&s->lock, NULL);
+	pthread_mutex_init(&s->fd_lock, NULL);
+	s->refs = 2; /* the table's and the caller's */
+	s->fds[0] = fd;
+	s->n_fds = 1;
+	s->tcp_fd = -1;
+	s->shim_fd = -1;
+	s->domain = domain;
+	s->state = state;
+	if (fd >= table_hwm)
+		__atomic_store_n(&table_hwm, fd + 1, __ATOMIC_RELAXED);
+	old = slot_swap(fd, s);
+	if (old) {
+		/* A stale entry (its fd was closed behind our back): forget it. */
+		pthread_mutex_lock(&old->fd_lock);
+		for (int i = 0; i < old->n_fds; i++)
+			if (old->fds[i] == fd)
+				old->fds[i] = old->fds[--old->n_fds];
+		pthread_mutex_unlock(&old->fd_lock);
+		ss_sock_put(old);
+	}
+	return s;
+}
+
+int ss_sock_add_fd(struct ss_sock *s, int fd)
+{
+	struct ss_sock *old;
+
+	if (fd < 0 || fd >= table_len)
+		return -EBADF;
+	pthread_mutex_lock(&s->fd_lock);
+	if (s->n_fds == (int)(sizeof(s->fds) / sizeof(s->fds[0]))) {
+		pthread_mutex_unlock(&s->fd_lock);
+		return -ENOSPC;
+	}
+	s->fds[s->n_fds++] = fd;
+	__atomic_add_fetch(&s->refs, 1, __ATOMIC_ACQ_REL);
+	pthread_mutex_unlock(&s->fd_lock);
+	if (fd >= table_hwm)
+		__atomic_store_n(&table_hwm, fd + 1, __ATOMIC_RELAXED);
+	old = slot_swap(fd, s);
+	ss_sock_put(old);
+	return 0;
+}
+
+struct ss_sock *ss_sock_remove_fd(int fd, int *close_ret)
+{
+	struct ss_sock *s;
+	bool last;
+
+	if (fd < 0 || !table_ready() || fd >= table_len)
+		return NULL;
+	s = slot_swap(fd, NULL);
+	if (!s) {
+		if (close_ret)
+			*close_ret = ss_real.close(fd);
+		return NULL;
+	}
+	/* Closed under fd_lock, so the readiness mirror never uses a recycled number. */
+	pthread_mutex_lock(&s->fd_lock);
+	for (int i = 0; i < s->n_fds; i++)
+		if (s->fds[i] == fd) {
+			s->fds[i] = s->fds[--s->n_fds];
+			break;
+		}
+	if (close_ret)
+		*close_ret = ss_real.close(fd);
+	last = s->n_fds == 0;
+	pthread_mutex_unlock(&s->fd_lock);
+	if (last)
+		return s; /* the caller puts the table's reference */
+	ss_sock_put(s);
+	return NULL;
+}
+
+void ss_sock_mark_plain_fd(int fd)
+{
+	if (fd >= 0 && table_ready() && fd < table_len)
+		ss_sock_put(slot_swap(fd, PLAIN_MARK));
+}
+
+bool ss_sock_unknown(int fd)
+{
+	return fd >= 0 && table_ready() && fd < table_len &&
+	       __atomic_load_n(&table[fd], __ATOMIC_ACQUIRE) == NULL;
+}
+
+void ss_sock_for_each(void (*fn)(struct ss_sock *s))
+{
+	if (!table_ready())
+		return;
+	for (int fd = 0; fd < table_hwm; fd++) {
+		struct ss_sock *s = table[fd];
+
+		/* An entry with several names is visited under its first name only. */
+		if (s && s != PLAIN_MARK && s->fds[0] == fd)
+			fn(s);
+	}
+}
