@@ -191,7 +191,6 @@ out:
 static ssize_t up_recv(struct ss_sock *s, int fd, const struct iovec *iov, int n, int flags)
 {
 	bool peek = flags & MSG_PEEK, waitall = (flags & MSG_WAITALL) && !peek;
-	bool dontwait = (flags & MSG_DONTWAIT) || nonblocking(fd);
 	size_t want = iov_total(iov, n), got = 0;
 	struct iovec local[64];
 	ssize_t r;
@@ -219,7 +218,8 @@ static ssize_t up_recv(struct ss_sock *s, int fd, const struct iovec *iov, int n
 		}
 		if (r != -EAGAIN)
 			return got ? (ssize_t)got : r;
-		if (dontwait)
+		/* The O_NONBLOCK flag is looked up only when the call would block. */
+		if ((flags & MSG_DONTWAIT) || nonblocking(fd))
 			return got ? (ssize_t)got : -EAGAIN;
 		int w = wait_app_fd(fd, POLLIN, sock_timeout_ms(s, SO_RCVTIMEO));
 		if (w)
@@ -229,7 +229,6 @@ static ssize_t up_recv(struct ss_sock *s, int fd, const struct iovec *iov, int n
 
 static ssize_t up_send(struct ss_sock *s, int fd, const struct iovec *iov, int n, int flags)
 {
-	bool dontwait = (flags & MSG_DONTWAIT) || nonblocking(fd);
 	bool more = (flags & MSG_MORE) || s->cork;
 	size_t want = iov_total(iov, n), sent = 0;
 	struct iovec local[64];
@@ -253,7 +252,7 @@ static ssize_t up_send(struct ss_sock *s, int fd, const struct iovec *iov, int n
 			}
 			continue;
 		}
-		if (r == -EAGAIN && !dontwait) {
+		if (r == -EAGAIN && !(flags & MSG_DONTWAIT) && !nonblocking(fd)) {
 			int w = wait_app_fd(fd, POLLOUT, sock_timeout_ms(s, SO_SNDTIMEO));
 			if (w == 0)
 				continue;

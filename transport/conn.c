@@ -54,13 +54,14 @@ struct ss_conn {
 	int liveness_fd;
 	int ep_tag; /* SS_TAG_LIVENESS: the progress loop finds us by this field */
 
-	struct ibv_cq *cq;
+	struct ibv_cq *cq;  /* receive completions: always armed */
+	struct ibv_cq *scq; /* send completions: armed only while someone waits for them */
 	struct ibv_qp *qp;
 	struct ibv_mr *mr;
 	uint8_t *mem;
 	size_t mem_len;
 	uint32_t psn;
-	unsigned unacked_events;
+	unsigned unacked_events, unacked_sevents;
 
 	uint32_t buf_size;
 	uint32_t n_rx; /* receive slots: data window plus control reserve */
@@ -294,31 +295,61 @@ static bool on_completion(struct ss_conn *c, const struct ibv_wc *wc)
 	return true;
 }
 
-/* Drains the CQ and re-arms it; call with the lock held. */
-static void progress(struct ss_conn *c)
+/* Polls one CQ dry; returns true if new readable data came. */
+static bool poll_dry(struct ss_conn *c, struct ibv_cq *cq)
 {
 	struct ibv_wc wc[16];
 	bool edge = false;
 	int n;
 
-	if (c->st == ST_DEAD)
-		return;
-	for (int armed = 0; armed < 2;) {
-		n = ibv_poll_cq(c->cq, 16, wc);
+	do {
+		n = ibv_poll_cq(cq, 16, wc);
 		if (n < 0) {
 			fail(c, "poll_cq failed");
-			break;
+			return edge;
 		}
 		for (int i = 0; i < n; i++)
 			edge |= on_completion(c, &wc[i]);
-		if (n == 16)
-			continue;
-		if (armed++ == 0 && ibv_req_notify_cq(c->cq, 0) != 0) {
-			fail(c, "req_notify_cq failed");
-			break;
-		}
-	}
+	} while (n == 16);
+	return edge;
+}
+
+/* Someone waits for send completions: room in the ring, a drain, the end of stream. */
+static bool send_waiters(const struct ss_conn *c)
+{
+	return !tx_room(c) || c->tx_done != c->tx_posted || c->cr.ctrl_inflight ||
+	       ss_credit_ctrl_due(&c->cr, tx_pending(c));
+}
+
+/* Takes the send completions there are; arms their CQ when someone will wait for more. */
+static void reap_sends(struct ss_conn *c)
+{
+	bool edge = poll_dry(c, c->scq);
+
 	flush(c);
+	if (send_waiters(c)) {
+		if (ibv_req_notify_cq(c->scq, 0) != 0)
+			fail(c, "req_notify_cq failed");
+		edge |= poll_dry(c, c->scq);
+		flush(c);
+	}
+	(void)edge; /* send completions bring no data */
+}
+
+/* Drains both CQs and re-arms them as needed; call with the lock held. */
+static void progress(struct ss_conn *c)
+{
+	bool edge = false;
+
+	if (c->st == ST_DEAD)
+		return;
+	edge |= poll_dry(c, c->scq);
+	edge |= poll_dry(c, c->cq);
+	/* Arm, then poll again: a completion between the two polls is not lost. */
+	if (ibv_req_notify_cq(c->cq, 0) != 0)
+		fail(c, "req_notify_cq failed");
+	edge |= poll_dry(c, c->cq);
+	reap_sends(c);
 	if (c->tcp_gone && !c->cr.eos_received && c->st == ST_RUNNING && !c->timed) {
 		c->gone_deadline = ss_now_ms() + SS_GONE_GRACE_MS;
 		c->timed = true;
@@ -329,13 +360,16 @@ static void progress(struct ss_conn *c)
 	report(c, edge);
 }
 
-void ss_conn_on_cq_event(struct ss_conn *c)
+void ss_conn_on_cq_event(struct ss_conn *c, struct ibv_cq *cq)
 {
 	pthread_mutex_lock(&c->lock);
-	/* Acknowledged in batches; all of them before the CQ is destroyed. */
-	if (++c->unacked_events >= 64) {
+	/* Acknowledged in batches; all of them before the CQs are destroyed. */
+	if (cq == c->cq && ++c->unacked_events >= 64) {
 		ibv_ack_cq_events(c->cq, c->unacked_events);
 		c->unacked_events = 0;
+	} else if (cq == c->scq && ++c->unacked_sevents >= 64) {
+		ibv_ack_cq_events(c->scq, c->unacked_sevents);
+		c->unacked_sevents = 0;
 	}
 	progress(c);
 	pthread_mutex_unlock(&c->lock);
@@ -431,15 +465,16 @@ int ss_conn_create(struct ss_worker *w, const struct ss_transport_cfg *cfg,
 		ss_log_error("ibv_reg_mr(%zu bytes): %s", c->mem_len, strerror(errno));
 		goto err_free;
 	}
-	/* Every request of this QP completes here: sends and receives together. */
-	c->cq = ibv_create_cq(c->dc->dev->ctx, (int)(cfg->sq_depth + c->n_rx), c, c->dc->ch, 0);
-	if (!c->cq) {
+	/* Each CQ holds every request of its queue: it can never overflow. */
+	c->cq = ibv_create_cq(c->dc->dev->ctx, (int)c->n_rx, c, c->dc->ch, 0);
+	c->scq = ibv_create_cq(c->dc->dev->ctx, (int)cfg->sq_depth, c, c->dc->ch, 0);
+	if (!c->cq || !c->scq) {
 		ret = -errno;
 		ss_log_error("ibv_create_cq: %s", strerror(errno));
-		goto err_dereg;
+		goto err_destroy_cq;
 	}
 	caps = (struct ss_qp_caps){cfg->sq_depth, c->n_rx, cfg->max_inline};
-	ret = ss_qp_create_rc(c->dc->pd, c->cq, c->cq, NULL, &caps, &c->qp);
+	ret = ss_qp_create_rc(c->dc->pd, c->scq, c->cq, NULL, &caps, &c->qp);
 	if (ret)
 		goto err_destroy_cq;
 	ret = ss_random_psn(&c->psn);
@@ -464,8 +499,10 @@ int ss_conn_create(struct ss_worker *w, const struct ss_transport_cfg *cfg,
 err_destroy_qp:
 	ibv_destroy_qp(c->qp);
 err_destroy_cq:
-	ibv_destroy_cq(c->cq);
-err_dereg:
+	if (c->scq)
+		ibv_destroy_cq(c->scq);
+	if (c->cq)
+		ibv_destroy_cq(c->cq);
 	ibv_dereg_mr(c->mr);
 err_free:
 	free(c->mem);
@@ -587,7 +624,7 @@ ssize_t ss_conn_send(struct ss_conn *c, const struct iovec *iov, int iovcnt, boo
 	}
 full:
 	c->tx_hold = more && taken;
-	flush(c);
+	reap_sends(c);
 	ret = taken ? (ssize_t)taken : -EAGAIN;
 	report(c, false);
 out:
@@ -642,7 +679,7 @@ ssize_t ss_conn_recv(struct ss_conn *c, const struct iovec *iov, int iovcnt, boo
 		c->rx_avail -= copied;
 		if (consumed && c->st == ST_RUNNING) {
 			ss_credit_on_consumed(&c->cr, consumed);
-			flush(c);
+			reap_sends(c);
 		}
 	}
 	if (copied)
@@ -677,7 +714,7 @@ int ss_conn_shutdown_wr(struct ss_conn *c)
 	if (c->st == ST_RUNNING || c->st == ST_CONNECTED) {
 		c->eos_wanted = true;
 		c->tx_hold = false;
-		flush(c);
+		reap_sends(c);
 		report(c, false);
 	} else if (c->st != ST_FAILED) {
 		ret = -ENOTCONN;
@@ -719,7 +756,7 @@ int ss_conn_drain(struct ss_conn *c, int timeout_ms)
 	}
 	pthread_mutex_lock(&c->lock);
 	c->tx_hold = false;
-	flush(c);
+	reap_sends(c);
 	while (c->st == ST_RUNNING &&
 	       (tx_pending(c) || c->tx_done != c->tx_posted || (c->eos_wanted && !c->eos_done))) {
 		if (timeout_ms < 0) {
@@ -770,12 +807,15 @@ void ss_conn_free(struct ss_conn *c)
 {
 	struct ibv_wc wc[16];
 
-	while (ibv_poll_cq(c->cq, 16, wc) > 0)
+	while (ibv_poll_cq(c->cq, 16, wc) > 0 || ibv_poll_cq(c->scq, 16, wc) > 0)
 		;
 	if (c->unacked_events)
 		ibv_ack_cq_events(c->cq, c->unacked_events);
+	if (c->unacked_sevents)
+		ibv_ack_cq_events(c->scq, c->unacked_sevents);
 	ibv_destroy_qp(c->qp);
 	ibv_destroy_cq(c->cq);
+	ibv_destroy_cq(c->scq);
 	ibv_dereg_mr(c->mr);
 	free(c->mem);
 	free(c->rxq);

@@ -166,7 +166,7 @@ static void drain_channel(struct ss_devctx *dc)
 
 	/* Non-blocking channel: returns -1 once no event is left. */
 	while (ibv_get_cq_event(dc->ch, &cq, &ctx) == 0)
-		ss_conn_on_cq_event(ctx);
+		ss_conn_on_cq_event(ctx, cq);
 }
 
 /* Runs due timers; returns the epoll timeout until the next one (-1: none). */

@@ -9,6 +9,7 @@
 
 struct ibv_pd;
 struct ibv_comp_channel;
+struct ibv_cq;
 
 /* What an epoll event's data.ptr points at: the tag field of one of these. */
 enum { SS_TAG_WAKE = 1, SS_TAG_CHANNEL, SS_TAG_LIVENESS };
@@ -46,7 +47,7 @@ void ss_worker_bury(struct ss_worker *w, struct ss_conn *c);
 void ss_worker_arm_timer(struct ss_worker *w, struct ss_conn *c);
 
 /* Progress entry points for the worker thread (conn.c). */
-void ss_conn_on_cq_event(struct ss_conn *c);
+void ss_conn_on_cq_event(struct ss_conn *c, struct ibv_cq *cq);
 void ss_conn_on_liveness(struct ss_conn *c);
 struct ss_conn *ss_conn_from_tag(int *tag);
 void ss_conn_on_timer(struct ss_conn *c, uint64_t now_ms);

@@ -1,0 +1,29 @@
+# Shared helpers of the end-to-end tests (sourced). They run inside the rxe
+# guest (tools/rxe-vm), where rxe0 sits on dummy0 with 192.0.2.1.
+set -euo pipefail
+
+BUILD=${BUILD:-$(cd "$(dirname "$0")/../../build" && pwd)}
+SHIM=$BUILD/shim/libsrqshim.so
+ADDR=${ADDR:-192.0.2.1}
+DEV=${DEV:-rxe0}
+export SRQSHIM_LOG_LEVEL=${SRQSHIM_LOG_LEVEL:-warn}
+WORK=$(mktemp -d /tmp/srqshim-e2e.XXXXXX)
+trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$WORK"' EXIT
+
+fail() { echo "FAIL: $*" >&2; exit 1; }
+pass() { echo "ok: $*"; }
+
+# Packets the RDMA device has sent so far.
+rdma_pkts() { cat "/sys/class/infiniband/$DEV/ports/1/hw_counters/sent_pkts"; }
+
+# Waits until something listens on TCP port $1.
+wait_listen() {
+	for _ in $(seq 1 200); do
+		ss -Hltn "sport = :$1" | grep -q . && return 0
+		sleep 0.05
+	done
+	fail "nothing listens on port $1"
+}
+
+# Runs "$@" with the shim preloaded.
+shimmed() { LD_PRELOAD=$SHIM "$@"; }
