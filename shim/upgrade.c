@@ -342,25 +342,72 @@ static int rtt_ms(int fd)
 }
 
 /* Creates our connection for TCP fd and fills mine. Returns the reason it could not. */
-static enum ss_reason make_conn(struct ss_sock *s, int fd, struct ss_params *mine)
+static enum ss_reason make_conn_at(struct ss_sock *s, const struct sockaddr_storage *local,
+				   struct ss_params *mine)
 {
-	struct sockaddr_storage local;
-	socklen_t len = sizeof(local);
 	struct ss_transport_cfg t;
 	enum ss_reason r;
 
 	if (ss_cfg.mode == SS_MODE_TCP)
 		return SS_REASON_POLICY;
-	if (ss_real.getsockname(fd, (struct sockaddr *)&local, &len) != 0)
-		return SS_REASON_RESOURCE;
 	r = ss_tp_load();
 	if (r != SS_REASON_NONE)
 		return r;
 	transport_cfg(&t);
-	if (ss_tp->conn_create(ss_w, &t, (struct sockaddr *)&local, &hooks, s, &s->conn, mine,
+	if (ss_tp->conn_create(ss_w, &t, (const struct sockaddr *)local, &hooks, s, &s->conn, mine,
 			       &r) != 0)
 		return r != SS_REASON_NONE ? r : SS_REASON_RESOURCE;
 	return SS_REASON_NONE;
+}
+
+static enum ss_reason make_conn(struct ss_sock *s, int fd, struct ss_params *mine)
+{
+	struct sockaddr_storage local;
+	socklen_t len = sizeof(local);
+
+	if (ss_real.getsockname(fd, (struct sockaddr *)&local, &len) != 0)
+		return SS_REASON_RESOURCE;
+	return make_conn_at(s, &local, mine);
+}
+
+/*
+ * The local address a connect to dst will get: the bound one, or the
+ * kernel's route choice (a connected UDP socket sends nothing).
+ */
+static bool predict_local(struct ss_sock *s, const struct sockaddr *dst, socklen_t dlen,
+			  struct sockaddr_storage *local)
+{
+	socklen_t len = sizeof(*local);
+	int u;
+	bool ok;
+
+	if (s->bound_len) {
+		const struct sockaddr_in *b = (const struct sockaddr_in *)&s->bound;
+		const struct sockaddr_in6 *b6 = (const struct sockaddr_in6 *)&s->bound;
+		if ((b->sin_family == AF_INET && b->sin_addr.s_addr != htonl(INADDR_ANY)) ||
+		    (b6->sin6_family == AF_INET6 && !IN6_IS_ADDR_UNSPECIFIED(&b6->sin6_addr))) {
+			memcpy(local, &s->bound, s->bound_len);
+			return true;
+		}
+	}
+	u = ss_real.socket(dst->sa_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+	if (u < 0)
+		return false;
+	ok = ss_real.connect(u, dst, dlen) == 0 &&
+	     ss_real.getsockname(u, (struct sockaddr *)local, &len) == 0;
+	ss_real.close(u);
+	return ok;
+}
+
+static bool same_ip(const struct sockaddr_storage *a, const struct sockaddr_storage *b)
+{
+	if (a->ss_family != b->ss_family)
+		return false;
+	if (a->ss_family == AF_INET)
+		return ((const struct sockaddr_in *)a)->sin_addr.s_addr ==
+		       ((const struct sockaddr_in *)b)->sin_addr.s_addr;
+	return memcmp(&((const struct sockaddr_in6 *)a)->sin6_addr,
+		      &((const struct sockaddr_in6 *)b)->sin6_addr, 16) == 0;
 }
 
 /* Checks the peer's ACCEPT or HELLO and connects our QP to it. */
@@ -458,6 +505,8 @@ int ss_client_connect(struct ss_sock *s, int fd, const struct sockaddr *addr, so
 {
 	struct ss_params mine;
 	struct ss_msg hello = {.type = SS_MSG_HELLO}, m;
+	struct sockaddr_storage predicted, local;
+	socklen_t llen = sizeof(local);
 	enum ss_dest_state dest = SS_DEST_UNKNOWN;
 	enum ss_reason r;
 	bool prober = false, acked = false;
@@ -468,17 +517,33 @@ int ss_client_connect(struct ss_sock *s, int fd, const struct sockaddr *addr, so
 		become_plain(s, SS_REASON_POLICY);
 		return ss_real.connect(fd, addr, alen) == 0 ? 0 : -errno;
 	}
-	ret = connect_fully(fd, addr, alen);
-	if (ret) {
-		become_plain(s, SS_REASON_NONE);
-		return ret;
-	}
 	dest = ss_cache_begin(addr, &prober);
 	if (dest == SS_DEST_PLAIN) {
 		become_plain(s, SS_REASON_PEER_PLAIN);
-		return 0;
+		return ss_real.connect(fd, addr, alen) == 0 ? 0 : -errno;
 	}
-	r = make_conn(s, fd, &mine);
+	/*
+	 * Everything slow (loading verbs, opening the device, making the QP)
+	 * happens before the SYN: a server that writes first waits only a
+	 * short bound for our HELLO, counted from its accept.
+	 */
+	r = predict_local(s, addr, alen, &predicted) ? make_conn_at(s, &predicted, &mine)
+						    : SS_REASON_RESOURCE;
+	ret = connect_fully(fd, addr, alen);
+	if (ret) {
+		if (prober)
+			ss_cache_record(addr, SS_DEST_UNKNOWN);
+		become_plain(s, SS_REASON_NONE);
+		return ret;
+	}
+	if (r == SS_REASON_NONE &&
+	    (ss_real.getsockname(fd, (struct sockaddr *)&local, &llen) != 0 ||
+	     !same_ip(&local, &predicted))) {
+		/* The route changed under us: make the QP for the address we got. */
+		ss_tp->conn_destroy(s->conn);
+		s->conn = NULL;
+		r = make_conn(s, fd, &mine);
+	}
 	if (r != SS_REASON_NONE) {
 		if (prober)
 			ss_cache_record(addr, SS_DEST_UNKNOWN);

@@ -135,8 +135,9 @@ static void fail(struct ss_conn *c, const char *why)
 	if (c->st == ST_FAILED || c->st == ST_DEAD)
 		return;
 	ss_log_info("QP %u: connection failed: %s", c->qp->qp_num, why);
+	if (c->st != ST_CREATED) /* a QP still in RESET has nothing to flush */
+		ss_qp_to_error(c->qp);
 	c->st = ST_FAILED;
-	ss_qp_to_error(c->qp);
 	pthread_cond_broadcast(&c->drained);
 }
 
@@ -350,7 +351,8 @@ static void progress(struct ss_conn *c)
 		fail(c, "req_notify_cq failed");
 	edge |= poll_dry(c, c->cq);
 	reap_sends(c);
-	if (c->tcp_gone && !c->cr.eos_received && c->st == ST_RUNNING && !c->timed) {
+	if (c->tcp_gone && !c->cr.eos_received && c->st == ST_RUNNING && !c->gone_deadline) {
+		/* Once: the grace counts from the TCP end, not from the last progress. */
 		c->gone_deadline = ss_now_ms() + SS_GONE_GRACE_MS;
 		c->timed = true;
 		ss_worker_arm_timer(c->w, c);
@@ -795,7 +797,7 @@ void ss_conn_destroy(struct ss_conn *c)
 		epoll_ctl(c->w->epfd, EPOLL_CTL_DEL, c->liveness_fd, NULL);
 	c->hooks.ready = NULL;
 	c->hooks.tcp_event = NULL;
-	if (c->st != ST_FAILED)
+	if (c->st != ST_FAILED && c->st != ST_CREATED)
 		ss_qp_to_error(c->qp);
 	c->st = ST_DEAD;
 	pthread_mutex_unlock(&c->lock);

@@ -27,3 +27,6 @@ wait_listen() {
 
 # Runs "$@" with the shim preloaded.
 shimmed() { LD_PRELOAD=$SHIM "$@"; }
+
+# True while process $1 runs (a zombie child has ended).
+alive() { [ -d "/proc/$1" ] && ! grep -q '^State:.*zombie' "/proc/$1/status" 2>/dev/null; }

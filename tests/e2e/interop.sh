@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# Acceptance 2: a plain client against a preloaded server, and preloaded
+# clients (redis-benchmark, 10 at once) against a plain server: both work
+# over TCP with identical values, and the plain server sees at most one
+# probe connection for the whole test.
+. "$(dirname "$0")/lib.sh"
+
+head -c 150000 /dev/urandom | base64 -w0 > "$WORK/value"
+
+# Plain client, preloaded server.
+port=6401
+shimmed redis-server --bind "$ADDR" --port $port --save '' --appendonly no \
+	--protected-mode no > "$WORK/redis1.log" 2>&1 &
+wait_listen $port
+[ "$(redis-cli -h "$ADDR" -p $port -x set big < "$WORK/value")" = OK ] || fail "plain SET"
+redis-cli -h "$ADDR" -p $port --raw get big | head -c 200000 > "$WORK/back"
+cmp "$WORK/value" "$WORK/back" || fail "plain client: value differs"
+redis-benchmark -h "$ADDR" -p $port -c 10 -n 2000 -t set,get --csv > /dev/null || fail "plain benchmark"
+pass "plain client against a preloaded server"
+
+# Preloaded clients, plain server. Count its connections first without the shim.
+port=6402
+redis-server --bind "$ADDR" --port $port --save '' --appendonly no --protected-mode no \
+	> "$WORK/redis2.log" 2>&1 &
+wait_listen $port
+conns() { redis-cli -h "$ADDR" -p $port info stats | tr -d '\r' | sed -n 's/^total_connections_received://p'; }
+c0=$(conns)
+redis-benchmark -h "$ADDR" -p $port -c 10 -n 2000 -t set,get --csv > /dev/null || fail "benchmark"
+c1=$(conns)
+plain_cost=$((c1 - c0 - 1))
+# Now preloaded: ten clients connect at once to a destination never seen.
+shimmed redis-benchmark -h "$ADDR" -p $port -c 10 -n 2000 -t set,get --csv > "$WORK/b.csv" \
+	|| fail "preloaded benchmark against a plain server"
+c2=$(conns)
+shim_cost=$((c2 - c1 - 1))
+[ $((shim_cost - plain_cost)) -le 1 ] || fail "the plain server saw $((shim_cost - plain_cost)) probe connections (at most 1 allowed)"
+[ "$(shimmed redis-cli -h "$ADDR" -p $port -x set big < "$WORK/value")" = OK ] || fail "SET"
+shimmed redis-cli -h "$ADDR" -p $port --raw get big | head -c 200000 > "$WORK/back"
+cmp "$WORK/value" "$WORK/back" || fail "preloaded client against a plain server: value differs"
+c3=$(conns)
+[ $((c3 - c2 - 1)) -eq 2 ] || fail "redis-cli made $((c3 - c2 - 1)) connections for 2 commands (a probe was repeated)"
+# A stray byte would have shown as a protocol error on the data connections.
+grep -qi "protocol error" "$WORK/redis2.log" && fail "the plain server logged a protocol error"
+pass "preloaded clients against a plain server: $((shim_cost - plain_cost)) probe connection(s), values identical"
