@@ -641,7 +641,8 @@ ssize_t ss_conn_recv(struct ss_conn *c, const struct iovec *iov, int iovcnt, boo
 	ssize_t ret;
 
 	pthread_mutex_lock(&c->lock);
-	if (c->st != ST_RUNNING && !(c->st == ST_FAILED && c->rx_avail)) {
+	/* A failed connection still hands out what it received (then EOF or reset). */
+	if (c->st != ST_RUNNING && c->st != ST_FAILED) {
 		ret = state_error(c);
 		goto out;
 	}
@@ -686,10 +687,10 @@ ssize_t ss_conn_recv(struct ss_conn *c, const struct iovec *iov, int iovcnt, boo
 	}
 	if (copied)
 		ret = (ssize_t)copied;
+	else if (c->cr.eos_received)
+		ret = 0; /* the peer ended its stream: what failed later (its QP gone) is no reset */
 	else if (c->st == ST_FAILED)
 		ret = -ECONNRESET;
-	else if (c->cr.eos_received)
-		ret = 0;
 	else
 		ret = -EAGAIN;
 	report(c, false);

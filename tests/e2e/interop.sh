@@ -4,6 +4,7 @@
 # over TCP with identical values, and the plain server sees at most one
 # probe connection for the whole test.
 . "$(dirname "$0")/lib.sh"
+need_rdma
 
 head -c 150000 /dev/urandom | base64 -w0 > "$WORK/value"
 

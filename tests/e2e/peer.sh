@@ -3,6 +3,7 @@
 # client; write-then-close delivers every byte; a killed peer gives the
 # survivor end of file or ECONNRESET within 5 seconds.
 . "$(dirname "$0")/lib.sh"
+need_rdma
 
 PC=$BUILD/tests/peer_check
 port=9300

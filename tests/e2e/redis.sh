@@ -3,6 +3,7 @@
 # preloaded: correct results over RDMA; a 200 KB value written and read back
 # with redis-cli is identical.
 . "$(dirname "$0")/lib.sh"
+need_rdma
 
 port=6400
 shimmed redis-server --bind "$ADDR" --port $port --save '' --appendonly no \

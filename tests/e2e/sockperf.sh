@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Acceptance 3: sockperf ping-pong and throughput, both preloaded, over RDMA.
 . "$(dirname "$0")/lib.sh"
+need_rdma
 
 port=11200
 shimmed sockperf server --tcp -i "$ADDR" -p $port > "$WORK/server.log" 2>&1 &

@@ -4,6 +4,7 @@
 # out all the time, then half-close; byte-exact, over RDMA (rxe packets move,
 # the TCP connection carries only the handshake).
 . "$(dirname "$0")/lib.sh"
+need_rdma
 
 # A receive window of 4 buffers: credits run dry constantly. The 256 MiB run
 # uses 8 KiB buffers to keep the suite short; the others 1 KiB buffers.
