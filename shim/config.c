@@ -83,6 +83,9 @@ const struct ss_option ss_options[] = {
 		   "close and exit: how long to wait for accepted bytes to be delivered"),
 	INT_OPTION("CACHE_TTL_S", cache_ttl_s, "60", 1, 86400,
 		   "how long a destination is remembered as plain or shimmed"),
+	INT_OPTION("POLL_US", poll_us, "2000", 0, 10000000,
+		   "a blocking read or write on an upgraded connection polls the completion queue "
+		   "itself this long before it sleeps (0: sleep at once; large: busy polling)"),
 };
 
 const size_t ss_n_options = sizeof(ss_options) / sizeof(ss_options[0]);

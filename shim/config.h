@@ -24,6 +24,7 @@ struct ss_config {
 	int server_wait_ms;
 	int linger_ms;
 	int cache_ttl_s;
+	int poll_us;
 };
 
 enum ss_opt_type {

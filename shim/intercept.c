@@ -112,11 +112,20 @@ static int sock_timeout_ms(struct ss_sock *s, int opt)
 	return (int)(tv.tv_sec * 1000 + (tv.tv_usec + 999) / 1000);
 }
 
-/* Waits until the application's fd shows events. Returns 0, -EAGAIN (timeout) or -EINTR. */
-static int wait_app_fd(int fd, short events, int timeout_ms)
+/*
+ * Waits until the application's fd shows events: first by polling the
+ * connection's completion queues from this thread (SRQSHIM_POLL_US), which
+ * spares the hop through the progress thread, then by sleeping in poll(2).
+ * Returns 0, -EAGAIN (timeout) or -EINTR.
+ */
+static int wait_app_fd(struct ss_sock *s, int fd, short events, int timeout_ms)
 {
 	struct pollfd p = {.fd = fd, .events = events};
-	int n = ss_real.poll(&p, 1, timeout_ms);
+	int n;
+
+	if (ss_cfg.poll_us > 0 && ss_tp->conn_spin(s->conn, (unsigned)ss_cfg.poll_us))
+		return 0; /* something changed: the caller tries again */
+	n = ss_real.poll(&p, 1, timeout_ms);
 
 	if (n > 0)
 		return 0;
@@ -221,7 +230,7 @@ static ssize_t up_recv(struct ss_sock *s, int fd, const struct iovec *iov, int n
 		/* The O_NONBLOCK flag is looked up only when the call would block. */
 		if ((flags & MSG_DONTWAIT) || nonblocking(fd))
 			return got ? (ssize_t)got : -EAGAIN;
-		int w = wait_app_fd(fd, POLLIN, sock_timeout_ms(s, SO_RCVTIMEO));
+		int w = wait_app_fd(s, fd, POLLIN, sock_timeout_ms(s, SO_RCVTIMEO));
 		if (w)
 			return got ? (ssize_t)got : w;
 	}
@@ -253,7 +262,7 @@ static ssize_t up_send(struct ss_sock *s, int fd, const struct iovec *iov, int n
 			continue;
 		}
 		if (r == -EAGAIN && !(flags & MSG_DONTWAIT) && !nonblocking(fd)) {
-			int w = wait_app_fd(fd, POLLOUT, sock_timeout_ms(s, SO_SNDTIMEO));
+			int w = wait_app_fd(s, fd, POLLOUT, sock_timeout_ms(s, SO_SNDTIMEO));
 			if (w == 0)
 				continue;
 			r = w;
@@ -300,7 +309,9 @@ static ssize_t do_recv(int fd, const struct iovec *iov, int n, int flags, bool *
 		return 0;
 	}
 	*handled = true;
+	ss_in_call++;
 	r = up_recv(s, fd, iov, n, flags);
+	ss_in_call--;
 	ss_sock_put(s);
 	return r;
 }
@@ -320,7 +331,9 @@ static ssize_t do_send(int fd, const struct iovec *iov, int n, int flags, bool *
 		return 0;
 	}
 	*handled = true;
+	ss_in_call++;
 	r = up_send(s, fd, iov, n, flags);
+	ss_in_call--;
 	ss_sock_put(s);
 	return r;
 }

@@ -6,6 +6,7 @@
 #include "transport/log.h"
 
 struct ss_config ss_cfg;
+__thread int ss_in_call;
 
 static void report_bad_option(const char *msg, void *arg)
 {
@@ -51,8 +52,9 @@ __attribute__((constructor)) static void ss_shim_init(void)
 	pthread_atfork(NULL, NULL, after_fork_child);
 }
 
-/* At exit, accepted bytes still get their bounded linger. */
+/* At exit, accepted bytes still get their bounded linger (not from inside a shim call). */
 __attribute__((destructor)) static void ss_shim_fini(void)
 {
-	ss_sock_for_each(finish_at_exit);
+	if (!ss_in_call)
+		ss_sock_for_each(finish_at_exit);
 }

@@ -12,6 +12,10 @@
 
 extern struct ss_config ss_cfg;
 
+/* Depth of shim calls on this thread: exit from a signal handler that
+ * interrupted one must not wait for locks that thread may hold. */
+extern __thread int ss_in_call;
+
 /* The transport module's operations and the process's worker, once loaded. */
 extern const struct ss_transport_ops *ss_tp;
 extern struct ss_worker *ss_w;

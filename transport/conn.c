@@ -10,6 +10,7 @@
 #include <errno.h>
 #include <stddef.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
@@ -78,12 +79,22 @@ struct ss_conn {
 	struct ss_credit cr;
 	enum conn_state st;
 	bool eos_wanted, eos_posted, eos_done;
+	bool draining; /* ss_conn_drain() waits */
+	int spinners;  /* application threads polling the CQs in ss_conn_spin() */
 	bool tcp_gone;
 	uint64_t gone_deadline;
 	bool timed; /* on the worker's timer list */
 	unsigned last_ready;
 	struct ss_conn_stats stats;
 };
+
+uint64_t ss_now_us(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000 + (uint64_t)ts.tv_nsec / 1000;
+}
 
 uint64_t ss_now_ms(void)
 {
@@ -315,11 +326,16 @@ static bool poll_dry(struct ss_conn *c, struct ibv_cq *cq)
 	return edge;
 }
 
-/* Someone waits for send completions: room in the ring, a drain, the end of stream. */
+/*
+ * Someone waits for send completions: a full ring, a drain, the end of
+ * stream, or a control message with no capacity left. Otherwise they are
+ * reaped on the way (no event, no wake-up per send).
+ */
 static bool send_waiters(const struct ss_conn *c)
 {
-	return !tx_room(c) || c->tx_done != c->tx_posted || c->cr.ctrl_inflight ||
-	       ss_credit_ctrl_due(&c->cr, tx_pending(c));
+	return !tx_room(c) || c->draining || (c->eos_wanted && !c->eos_done) ||
+	       (ss_credit_ctrl_due(&c->cr, tx_pending(c)) && !ss_credit_can_send_ctrl(&c->cr)) ||
+	       (tx_pending(c) && !ss_credit_can_send_data(&c->cr) && c->cr.tx_credits > 0);
 }
 
 /* Takes the send completions there are; arms their CQ when someone will wait for more. */
@@ -346,10 +362,15 @@ static void progress(struct ss_conn *c)
 		return;
 	edge |= poll_dry(c, c->scq);
 	edge |= poll_dry(c, c->cq);
-	/* Arm, then poll again: a completion between the two polls is not lost. */
-	if (ibv_req_notify_cq(c->cq, 0) != 0)
-		fail(c, "req_notify_cq failed");
-	edge |= poll_dry(c, c->cq);
+	/*
+	 * Arm, then poll again: a completion between the two polls is not lost.
+	 * While an application thread spins on the CQ it needs no events.
+	 */
+	if (!c->spinners) {
+		if (ibv_req_notify_cq(c->cq, 0) != 0)
+			fail(c, "req_notify_cq failed");
+		edge |= poll_dry(c, c->cq);
+	}
 	reap_sends(c);
 	if (c->tcp_gone && !c->cr.eos_received && c->st == ST_RUNNING && !c->gone_deadline) {
 		/* Once: the grace counts from the TCP end, not from the last progress. */
@@ -360,6 +381,44 @@ static void progress(struct ss_conn *c)
 	if (c->eos_done || c->st == ST_FAILED || (!tx_pending(c) && c->tx_done == c->tx_posted))
 		pthread_cond_broadcast(&c->drained);
 	report(c, edge);
+}
+
+bool ss_conn_spin(struct ss_conn *c, unsigned usec)
+{
+	uint64_t end = ss_now_us() + usec;
+	bool got = false;
+
+	pthread_mutex_lock(&c->lock);
+	c->spinners++;
+	for (;;) {
+		if (c->st != ST_RUNNING) {
+			got = true;
+			break;
+		}
+		/* No re-arming and no readiness report: the caller consumes what comes. */
+		got = poll_dry(c, c->cq) | poll_dry(c, c->scq);
+		if (got) {
+			flush(c);
+			break;
+		}
+		if (ss_now_us() >= end)
+			break;
+		/* The lock is free between polls: other threads (and signal handlers) get in. */
+		pthread_mutex_unlock(&c->lock);
+		sched_yield();
+		pthread_mutex_lock(&c->lock);
+	}
+	if (--c->spinners == 0 && !got && c->st == ST_RUNNING) {
+		/* About to sleep: events must flow again, and nothing may slip in between. */
+		if (ibv_req_notify_cq(c->cq, 0) != 0)
+			fail(c, "req_notify_cq failed");
+		got = poll_dry(c, c->cq);
+		if (got)
+			flush(c);
+		report(c, got);
+	}
+	pthread_mutex_unlock(&c->lock);
+	return got;
 }
 
 void ss_conn_on_cq_event(struct ss_conn *c, struct ibv_cq *cq)
@@ -759,6 +818,7 @@ int ss_conn_drain(struct ss_conn *c, int timeout_ms)
 	}
 	pthread_mutex_lock(&c->lock);
 	c->tx_hold = false;
+	c->draining = true;
 	reap_sends(c);
 	while (c->st == ST_RUNNING &&
 	       (tx_pending(c) || c->tx_done != c->tx_posted || (c->eos_wanted && !c->eos_done))) {
@@ -771,6 +831,7 @@ int ss_conn_drain(struct ss_conn *c, int timeout_ms)
 	}
 	if (c->st == ST_FAILED)
 		ret = -ECONNRESET;
+	c->draining = false;
 	pthread_mutex_unlock(&c->lock);
 	return ret;
 }
@@ -850,6 +911,7 @@ __attribute__((visibility("default"))) const struct ss_transport_ops ss_transpor
 	.conn_ready = ss_conn_ready,
 	.conn_resync = ss_conn_resync,
 	.conn_drain = ss_conn_drain,
+	.conn_spin = ss_conn_spin,
 	.conn_get_stats = ss_conn_get_stats,
 	.conn_destroy = ss_conn_destroy,
 };

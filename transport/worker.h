@@ -56,5 +56,6 @@ struct ss_conn **ss_conn_next_p(struct ss_conn *c);
 void ss_conn_free(struct ss_conn *c);
 
 uint64_t ss_now_ms(void);
+uint64_t ss_now_us(void);
 
 #endif
