@@ -18,25 +18,20 @@ static const char *const modes[] = {[SS_MODE_TCP] = "tcp", [SS_MODE_RQ] = "rq", 
 		.max = hi,                                                                         \
 	}
 
+#define ENUM_OPTION(NAME, field, def, names, text)                                                 \
+	{                                                                                          \
+		.name = NAME, .defval = def, .doc = text,                                          \
+		.offset = offsetof(struct ss_config, field), .type = SS_OPT_ENUM,                  \
+		.choices = names,                                                                  \
+	}
+
 const struct ss_option ss_options[] = {
-	{
-		.name = "MODE",
-		.defval = "rq",
-		.doc = "how connections are carried: rq (RDMA, a private receive queue per "
-		       "connection) or tcp (never upgrade)",
-		.offset = offsetof(struct ss_config, mode),
-		.type = SS_OPT_ENUM,
-		.choices = modes,
-	},
-	{
-		.name = "LOG_LEVEL",
-		.defval = "error",
-		.doc = "messages written to stderr (never when stderr is a socket): none, error, warn, "
-		       "info or debug",
-		.offset = offsetof(struct ss_config, log_level),
-		.type = SS_OPT_ENUM,
-		.choices = log_levels,
-	},
+	ENUM_OPTION("MODE", mode, "rq", modes,
+		    "how connections are carried: rq (RDMA, a private receive queue per "
+		    "connection) or tcp (never upgrade)"),
+	ENUM_OPTION("LOG_LEVEL", log_level, "error", log_levels,
+		    "messages written to stderr (never when stderr is a socket): none, error, warn, "
+		    "info or debug"),
 	{
 		.name = "DEVICE",
 		.defval = "",
@@ -46,24 +41,9 @@ const struct ss_option ss_options[] = {
 		.type = SS_OPT_STRING,
 		.max = sizeof(((struct ss_config *)0)->device) - 1,
 	},
-	{
-		.name = "PORT",
-		.defval = "0",
-		.doc = "device port to use; 0: any active port",
-		.offset = offsetof(struct ss_config, port),
-		.type = SS_OPT_INT,
-		.min = 0,
-		.max = 255,
-	},
-	{
-		.name = "GID_INDEX",
-		.defval = "-1",
-		.doc = "GID table index to use; -1: the GID of the local address (RoCE v2 first)",
-		.offset = offsetof(struct ss_config, gid_index),
-		.type = SS_OPT_INT,
-		.min = -1,
-		.max = 65535,
-	},
+	INT_OPTION("PORT", port, "0", 0, 255, "device port to use; 0: any active port"),
+	INT_OPTION("GID_INDEX", gid_index, "-1", -1, 65535,
+		   "GID table index to use; -1: the GID of the local address (RoCE v2 first)"),
 	INT_OPTION("SQ_DEPTH", sq_depth, "64", 4, 4096,
 		   "send queue depth per connection (2 entries are kept for control messages)"),
 	INT_OPTION("RQ_DEPTH", rq_depth, "64", 1, 4096,

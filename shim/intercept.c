@@ -49,6 +49,18 @@ static size_t iov_total(const struct iovec *iov, int n)
 	return t;
 }
 
+/* Moves the iovec past n bytes. */
+static void iov_advance(struct iovec *iov, int cnt, size_t n)
+{
+	for (int i = 0; i < cnt && n; i++) {
+		size_t k = n < iov[i].iov_len ? n : iov[i].iov_len;
+
+		iov[i].iov_base = (char *)iov[i].iov_base + k;
+		iov[i].iov_len -= k;
+		n -= k;
+	}
+}
+
 static bool is_tcp(int domain, int type, int proto)
 {
 	return (domain == AF_INET || domain == AF_INET6) && (type & 0xf) == SOCK_STREAM &&
@@ -216,13 +228,7 @@ static ssize_t up_recv(struct ss_sock *s, int fd, const struct iovec *iov, int n
 			if (!waitall || got == want)
 				return (ssize_t)got;
 			/* MSG_WAITALL: advance through the iovec and go on. */
-			size_t adv = (size_t)r;
-			for (int i = 0; i < n && adv; i++) {
-				size_t k = adv < local[i].iov_len ? adv : local[i].iov_len;
-				local[i].iov_base = (char *)local[i].iov_base + k;
-				local[i].iov_len -= k;
-				adv -= k;
-			}
+			iov_advance(local, n, (size_t)r);
 			continue;
 		}
 		if (r != -EAGAIN)
@@ -252,13 +258,7 @@ static ssize_t up_send(struct ss_sock *s, int fd, const struct iovec *iov, int n
 		r = ss_tp->conn_send(s->conn, local, n, more);
 		if (r > 0) {
 			sent += (size_t)r;
-			size_t adv = (size_t)r;
-			for (int i = 0; i < n && adv; i++) {
-				size_t k = adv < local[i].iov_len ? adv : local[i].iov_len;
-				local[i].iov_base = (char *)local[i].iov_base + k;
-				local[i].iov_len -= k;
-				adv -= k;
-			}
+			iov_advance(local, n, (size_t)r);
 			continue;
 		}
 		if (r == -EAGAIN && !(flags & MSG_DONTWAIT) && !nonblocking(fd)) {
@@ -812,26 +812,27 @@ EXPORT int setsockopt(int fd, int level, int name, const void *val, socklen_t le
 	return ret;
 }
 
-EXPORT int getsockname(int fd, struct sockaddr *addr, socklen_t *len)
+/* getsockname and getpeername: asked of the TCP socket. */
+static int name_of(int fd, bool peer, struct sockaddr *addr, socklen_t *len)
 {
 	struct ss_sock *s;
-	int ret;
+	int tfd, ret;
 
 	real_ready();
-	ret = ss_real.getsockname(tcp_of(fd, &s), addr, len);
+	tfd = tcp_of(fd, &s);
+	ret = peer ? ss_real.getpeername(tfd, addr, len) : ss_real.getsockname(tfd, addr, len);
 	ss_sock_put(s);
 	return ret;
 }
 
+EXPORT int getsockname(int fd, struct sockaddr *addr, socklen_t *len)
+{
+	return name_of(fd, false, addr, len);
+}
+
 EXPORT int getpeername(int fd, struct sockaddr *addr, socklen_t *len)
 {
-	struct ss_sock *s;
-	int ret;
-
-	real_ready();
-	ret = ss_real.getpeername(tcp_of(fd, &s), addr, len);
-	ss_sock_put(s);
-	return ret;
+	return name_of(fd, true, addr, len);
 }
 
 /* ---- epoll: the registry of the application's registrations ---- */

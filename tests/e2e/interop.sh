@@ -10,7 +10,7 @@ head -c 150000 /dev/urandom | base64 -w0 > "$WORK/value"
 
 # Plain client, preloaded server.
 port=6401
-shimmed redis-server --bind "$ADDR" --port $port --save '' --appendonly no \
+env LD_PRELOAD="$SHIM" redis-server --bind "$ADDR" --port $port --save '' --appendonly no \
 	--protected-mode no > "$WORK/redis1.log" 2>&1 &
 wait_listen $port
 [ "$(redis-cli -h "$ADDR" -p $port -x set big < "$WORK/value")" = OK ] || fail "plain SET"

@@ -31,8 +31,9 @@ wait_listen() {
 	fail "nothing listens on port $1"
 }
 
-# Runs "$@" with the shim preloaded.
-shimmed() { LD_PRELOAD=$SHIM "$@"; }
+# Runs "$@" with the shim preloaded. Started in the background with "&", $!
+# is the program itself (env execs it), so the exit trap really ends it.
+shimmed() { env LD_PRELOAD="$SHIM" "$@"; }
 
 # True while process $1 runs (a zombie child has ended).
 alive() { [ -d "/proc/$1" ] && ! grep -q '^State:.*zombie' "/proc/$1/status" 2>/dev/null; }

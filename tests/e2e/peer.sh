@@ -7,7 +7,7 @@ need_rdma
 
 PC=$BUILD/tests/peer_check
 port=9300
-shimmed "$PC" greet-server "$ADDR" $port 300000 2 > "$WORK/gs.log" 2>&1 &
+env LD_PRELOAD="$SHIM" "$PC" greet-server "$ADDR" $port 300000 2 > "$WORK/gs.log" 2>&1 &
 gs=$!
 wait_listen $port
 before=$(rdma_pkts)

@@ -6,7 +6,7 @@
 need_rdma
 
 port=6400
-shimmed redis-server --bind "$ADDR" --port $port --save '' --appendonly no \
+env LD_PRELOAD="$SHIM" redis-server --bind "$ADDR" --port $port --save '' --appendonly no \
 	--protected-mode no > "$WORK/redis.log" 2>&1 &
 wait_listen $port
 cli() { shimmed redis-cli -h "$ADDR" -p $port "$@"; }
@@ -21,7 +21,7 @@ cmp "$WORK/value" "$WORK/back" || fail "the 200 KB value came back different"
 pass "200 KB value identical after SET and GET"
 
 # The benchmark, with a TCP byte count of its connections taken while it runs.
-shimmed redis-benchmark -h "$ADDR" -p $port -c 10 -n 20000 -t set,get -d 64 -r 1000 \
+env LD_PRELOAD="$SHIM" redis-benchmark -h "$ADDR" -p $port -c 10 -n 20000 -t set,get -d 64 -r 1000 \
 	--csv > "$WORK/bench.csv" 2> "$WORK/bench.err" &
 bpid=$!
 sleep 3

@@ -17,7 +17,7 @@ for style in block epoll-lt epoll-et poll select nbconnect; do
 	[ -n "${SRQSHIM_TEST_BYTES:-}" ] && bytes=$SRQSHIM_TEST_BYTES
 	port=$((port + 1))
 	before=$(rdma_pkts)
-	shimmed "$BUILD/tests/stream_check" server "$ADDR" $port "$style" $bytes > "$WORK/server.log" 2>&1 &
+	env LD_PRELOAD="$SHIM" "$BUILD/tests/stream_check" server "$ADDR" $port "$style" $bytes > "$WORK/server.log" 2>&1 &
 	spid=$!
 	wait_listen $port
 	shimmed timeout 600 "$BUILD/tests/stream_check" client "$ADDR" $port "$style" $bytes \
