@@ -644,11 +644,18 @@ int ss_server_decide(struct ss_sock *s, int fd, int wait_ms)
 		wait_ms = 1000; /* the rest of a partial HELLO */
 	}
 	deadline = deadline_in(wait_ms);
-	switch (ss_hs_read(&ss_real_io, fd, &hello, deadline, NULL)) {
+	enum ss_dec_result dec = SS_DEC_OK;
+	switch (ss_hs_read(&ss_real_io, fd, &hello, deadline, &dec)) {
 	case SS_HSR_TIMEOUT:
 		return -EAGAIN;
 	case SS_HSR_MSG:
 		break;
+	case SS_HSR_BAD:
+		/* Our magic but nothing we can read: the bytes stay, for the application. */
+		ss_log_warn("fd %d: %s handshake from the client: staying on TCP, bytes untouched",
+			    fd, ss_dec_result_str(dec));
+		become_plain(s, dec == SS_DEC_UNSUPPORTED ? SS_REASON_VERSION : SS_REASON_MALFORMED);
+		return 0;
 	default:
 		/* Application bytes, end of file, or a handshake we cannot read: plain, untouched. */
 		become_plain(s, SS_REASON_PEER_PLAIN);
