@@ -19,6 +19,38 @@ cmp "$WORK/value" "$WORK/back" || fail "plain client: value differs"
 redis-benchmark -h "$ADDR" -p $port -c 10 -n 2000 -t set,get --csv > /dev/null || fail "plain benchmark"
 pass "plain client against a preloaded server"
 
+# A malformed handshake (our magic, a version 0 header) from a plain client
+# to a preloaded echo server: the shim reports it and leaves every byte to
+# the application, which echoes them unchanged.
+eport=6403
+env LD_PRELOAD="$SHIM" SRQSHIM_LOG_LEVEL=warn python3 -c '
+import socket, sys
+l = socket.socket(); l.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+l.bind((sys.argv[1], int(sys.argv[2]))); l.listen(1)
+c, _ = l.accept()
+while True:
+    d = c.recv(4096)
+    if not d: break
+    c.sendall(d)
+' "$ADDR" $eport > "$WORK/echo.log" 2>&1 &
+wait_listen $eport
+python3 - "$ADDR" $eport <<'PY' || { cat "$WORK/echo.log"; fail "malformed handshake: bytes lost or changed"; }
+import socket, sys
+msg = b"\0SRQSHM\xa5\x00\x01\x00\x40" + b"application bytes after it" * 10
+s = socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=20)
+s.sendall(msg)
+s.shutdown(socket.SHUT_WR)
+back = b""
+while True:
+    d = s.recv(4096)
+    if not d: break
+    back += d
+sys.exit(0 if back == msg else 1)
+PY
+grep -q "handshake from the client: staying on TCP, bytes untouched" "$WORK/echo.log" ||
+	{ cat "$WORK/echo.log"; fail "malformed handshake not reported"; }
+pass "a malformed handshake is reported and its bytes reach the application"
+
 # Preloaded clients, plain server. Count its connections first without the shim.
 port=6402
 redis-server --bind "$ADDR" --port $port --save '' --appendonly no --protected-mode no \
