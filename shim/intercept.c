@@ -279,63 +279,59 @@ static ssize_t up_send(struct ss_sock *s, int fd, const struct iovec *iov, int n
 	return (ssize_t)sent;
 }
 
+typedef ssize_t (*up_io_fn)(struct ss_sock *s, int fd, const struct iovec *iov, int n, int flags);
+
+/*
+ * Hands an upgraded (or foreign) socket to fn and drops the caller's
+ * reference; any other socket is left to the caller's real call.
+ */
+static ssize_t run_upgraded(struct ss_sock *s, int fd, const struct iovec *iov, int n, int flags,
+			    bool *handled, up_io_fn fn)
+{
+	ssize_t r = 0;
+
+	if (s->state == SS_SOCK_UPGRADED || s->state == SS_SOCK_FOREIGN) {
+		*handled = true;
+		ss_in_call++;
+		r = fn(s, fd, iov, n, flags);
+		ss_in_call--;
+	}
+	ss_sock_put(s);
+	return r;
+}
+
 /* The one path of every read-like call. */
 static ssize_t do_recv(int fd, const struct iovec *iov, int n, int flags, bool *handled)
 {
 	struct ss_sock *s = io_get(fd);
-	ssize_t r;
+	int d = 0;
 
 	*handled = false;
 	if (!s)
 		return 0;
-	if (s->state == SS_SOCK_ACCEPTED) {
-		int d = decide_for_read(s, fd, flags);
-		if (d < 0) {
-			*handled = true;
-			ss_sock_put(s);
-			return d;
-		}
-	}
-	if (s->state == SS_SOCK_PLAIN && s->strip_hello) {
-		int d = strip_late_hello(s, fd, flags);
-		if (d < 0) {
-			*handled = true;
-			ss_sock_put(s);
-			return d;
-		}
-	}
-	if (s->state != SS_SOCK_UPGRADED && s->state != SS_SOCK_FOREIGN) {
+	if (s->state == SS_SOCK_ACCEPTED)
+		d = decide_for_read(s, fd, flags);
+	if (d == 0 && s->state == SS_SOCK_PLAIN && s->strip_hello)
+		d = strip_late_hello(s, fd, flags);
+	if (d < 0) {
+		/* Still undecided (would block) or the wait failed: as the read would. */
+		*handled = true;
 		ss_sock_put(s);
-		return 0;
+		return d;
 	}
-	*handled = true;
-	ss_in_call++;
-	r = up_recv(s, fd, iov, n, flags);
-	ss_in_call--;
-	ss_sock_put(s);
-	return r;
+	return run_upgraded(s, fd, iov, n, flags, handled, up_recv);
 }
 
 static ssize_t do_send(int fd, const struct iovec *iov, int n, int flags, bool *handled)
 {
 	struct ss_sock *s = io_get(fd);
-	ssize_t r;
 
 	*handled = false;
 	if (!s)
 		return 0;
 	if (s->state == SS_SOCK_ACCEPTED)
 		decide_for_write(s, fd);
-	if (s->state != SS_SOCK_UPGRADED && s->state != SS_SOCK_FOREIGN) {
-		ss_sock_put(s);
-		return 0;
-	}
-	*handled = true;
-	ss_in_call++;
-	r = up_send(s, fd, iov, n, flags);
-	ss_in_call--;
-	ss_sock_put(s);
-	return r;
+	return run_upgraded(s, fd, iov, n, flags, handled, up_send);
 }
 
 /* ---- sockets ---- */

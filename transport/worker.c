@@ -93,6 +93,13 @@ int ss_worker_devctx(struct ss_worker *w, const struct ss_dev_override *ovr,
 	for (dc = w->devs; dc; dc = dc->next)
 		if (memcmp(dc->key, key, 16) == 0)
 			goto found;
+	/* An address that had no device a moment ago has none now: no rescan per connection. */
+	for (unsigned i = 0; i < SS_NO_DEV_SLOTS; i++)
+		if (w->no_dev[i].until_ms > ss_now_ms() && memcmp(w->no_dev[i].key, key, 16) == 0) {
+			*reason_p = w->no_dev[i].reason;
+			ret = -ENODEV;
+			goto out;
+		}
 	dc = calloc(1, sizeof(*dc));
 	if (!dc) {
 		ret = -ENOMEM;
@@ -105,6 +112,12 @@ int ss_worker_devctx(struct ss_worker *w, const struct ss_dev_override *ovr,
 	if (ret) {
 		ss_log_info("no RDMA device for this connection: %s", ss_sel_status_str(st));
 		*reason_p = st == SS_SEL_OK ? SS_REASON_RESOURCE : reason_of(st);
+		if (st != SS_SEL_OK) {
+			struct ss_no_dev *nd = &w->no_dev[w->no_dev_next++ % SS_NO_DEV_SLOTS];
+			memcpy(nd->key, key, 16);
+			nd->reason = *reason_p;
+			nd->until_ms = ss_now_ms() + SS_NO_DEV_MS;
+		}
 		free(dc);
 		goto out;
 	}

@@ -26,6 +26,15 @@ struct ss_devctx {
 	int ep_tag; /* SS_TAG_CHANNEL */
 };
 
+/* An address recently found without a device (so not rescanned for a while). */
+#define SS_NO_DEV_SLOTS 8
+#define SS_NO_DEV_MS    10000
+struct ss_no_dev {
+	uint8_t key[16];
+	enum ss_reason reason;
+	uint64_t until_ms;
+};
+
 struct ss_worker {
 	pthread_mutex_t lock; /* devices, graveyard, timers */
 	struct ss_devctx *devs;
@@ -34,6 +43,8 @@ struct ss_worker {
 	pthread_t thread;
 	struct ss_conn *graveyard; /* destroyed conns the thread frees */
 	struct ss_conn *timed;     /* conns waiting for a deadline */
+	struct ss_no_dev no_dev[SS_NO_DEV_SLOTS];
+	unsigned no_dev_next;
 };
 
 /* Finds or opens the device for local (GID form). Returns 0 or -ENODEV with *reason_p. */
