@@ -1,5 +1,7 @@
 #include "shim/config.h"
 
+#include "handshake/policy.h"
+
 #include <errno.h>
 #include <limits.h>
 #include <stdio.h>
@@ -10,6 +12,17 @@
 
 static const char *const log_levels[] = {"none", "error", "warn", "info", "debug", NULL};
 static const char *const modes[] = {[SS_MODE_TCP] = "tcp", [SS_MODE_RQ] = "rq", NULL};
+
+static int check_peers(const char *value, char *err, size_t errlen)
+{
+	struct ss_policy p;
+	char why[160];
+
+	if (ss_policy_parse(value, &p, why, sizeof(why)) == 0)
+		return 0;
+	snprintf(err, errlen, "SRQSHIM_PEERS: %s", why);
+	return -EINVAL;
+}
 
 #define INT_OPTION(NAME, field, def, lo, hi, text)                                                 \
 	{                                                                                          \
@@ -40,6 +53,17 @@ const struct ss_option ss_options[] = {
 		.offset = offsetof(struct ss_config, device),
 		.type = SS_OPT_STRING,
 		.max = sizeof(((struct ss_config *)0)->device) - 1,
+	},
+	{
+		.name = "PEERS",
+		.defval = "",
+		.doc = "destinations a client offers an upgrade to, as a comma-separated list of "
+		       "ADDR[/PREFIX][:PORT] or [IPV6][/PREFIX][:PORT]; empty: all. Others stay on "
+		       "TCP without a probe (reason: policy)",
+		.offset = offsetof(struct ss_config, peers),
+		.type = SS_OPT_STRING,
+		.max = sizeof(((struct ss_config *)0)->peers) - 1,
+		.check = check_peers,
 	},
 	INT_OPTION("PORT", port, "0", 0, 255, "device port to use; 0: any active port"),
 	INT_OPTION("GID_INDEX", gid_index, "-1", -1, 65535,
@@ -100,6 +124,8 @@ int ss_option_parse(const struct ss_option *opt, const char *value, struct ss_co
 				 opt->max);
 			return -ERANGE;
 		}
+		if (opt->check && opt->check(value, err, errlen) < 0)
+			return -EINVAL;
 		strcpy(field, value);
 		return 0;
 	case SS_OPT_ENUM:

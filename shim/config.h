@@ -25,6 +25,7 @@ struct ss_config {
 	int linger_ms;
 	int cache_ttl_s;
 	int poll_us;
+	char peers[256]; /* SRQSHIM_PEERS, checked by ss_policy_parse() */
 };
 
 enum ss_opt_type {
@@ -41,6 +42,8 @@ struct ss_option {
 	enum ss_opt_type type;
 	long min, max;              /* SS_OPT_INT: inclusive range; SS_OPT_STRING: max length */
 	const char *const *choices; /* SS_OPT_ENUM: NULL-terminated names, stored as the index */
+	/* SS_OPT_STRING: optional check; returns 0 or -EINVAL with a message in err */
+	int (*check)(const char *value, char *err, size_t errlen);
 };
 
 extern const struct ss_option ss_options[];

@@ -6,6 +6,7 @@
 #include "transport/log.h"
 
 struct ss_config ss_cfg;
+struct ss_policy ss_peers;
 __thread int ss_in_call;
 
 static void report_bad_option(const char *msg, void *arg)
@@ -48,6 +49,8 @@ __attribute__((constructor)) static void ss_shim_init(void)
 	ss_log_level = SS_LOG_ERROR;
 	ss_config_load(&ss_cfg, ss_config_getenv, NULL, report_bad_option, NULL);
 	ss_log_level = (enum ss_log_level)ss_cfg.log_level;
+	char err[8];
+	ss_policy_parse(ss_cfg.peers, &ss_peers, err, sizeof(err)); /* checked by the table */
 	ss_real_init();
 	pthread_atfork(NULL, NULL, after_fork_child);
 }

@@ -5,12 +5,15 @@
 #include <stdbool.h>
 #include <sys/socket.h>
 
+#include "handshake/policy.h"
 #include "handshake/session.h"
 #include "shim/config.h"
 #include "shim/sock.h"
 #include "transport/conn.h"
 
 extern struct ss_config ss_cfg;
+/* SRQSHIM_PEERS, parsed at load. */
+extern struct ss_policy ss_peers;
 
 /* Depth of shim calls on this thread: exit from a signal handler that
  * interrupted one must not wait for locks that thread may hold. */

@@ -513,7 +513,8 @@ int ss_client_connect(struct ss_sock *s, int fd, const struct sockaddr *addr, so
 	uint64_t deadline;
 	int ret;
 
-	if (ss_cfg.mode == SS_MODE_TCP) {
+	if (ss_cfg.mode == SS_MODE_TCP || !ss_policy_allows(&ss_peers, addr)) {
+		/* Never probed: a destination outside the policy sees no HELLO. */
 		become_plain(s, SS_REASON_POLICY);
 		return ss_real.connect(fd, addr, alen) == 0 ? 0 : -errno;
 	}

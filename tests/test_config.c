@@ -70,6 +70,9 @@ static const struct parse_case parse_cases[] = {
 	{"LOG_LEVEL", "none", 0, "none"},
 	{"LOG_LEVEL", "DEBUG", -EINVAL, NULL},
 	{"LOG_LEVEL", "3", -EINVAL, NULL},
+	{"PEERS", "", 0, ""},
+	{"PEERS", "192.0.2.0/24:6379,[::1]", 0, "192.0.2.0/24:6379,[::1]"},
+	{"PEERS", "192.0.2.0/24,nonsense", -EINVAL, NULL},
 };
 
 static void test_parse_table(void **state)

@@ -75,3 +75,18 @@ c3=$(conns)
 # A stray byte would have shown as a protocol error on the data connections.
 grep -qi "protocol error" "$WORK/redis2.log" && fail "the plain server logged a protocol error"
 pass "preloaded clients against a plain server: $((shim_cost - plain_cost)) probe connection(s), values identical"
+
+# A destination outside SRQSHIM_PEERS never sees a HELLO: not even one probe.
+port=6404
+redis-server --bind "$ADDR" --port $port --save '' --appendonly no --protected-mode no \
+	> "$WORK/redis3.log" 2>&1 &
+wait_listen $port
+c0=$(conns)
+for i in 1 2 3; do
+	SRQSHIM_PEERS=192.0.2.99,198.51.100.0/24 SRQSHIM_LOG_LEVEL=info \
+		shimmed redis-cli -h "$ADDR" -p $port set k$i v$i 2>> "$WORK/policy.log" > /dev/null
+done
+c1=$(conns)
+[ $((c1 - c0 - 1)) -eq 3 ] || fail "a destination outside the policy saw $((c1 - c0 - 1 - 3)) probe(s)"
+[ "$(grep -c 'TCP (policy)' "$WORK/policy.log")" -eq 3 ] || { cat "$WORK/policy.log"; fail "reason policy not recorded"; }
+pass "a destination outside SRQSHIM_PEERS gets no probe (reason: policy)"
