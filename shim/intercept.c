@@ -78,7 +78,6 @@ static struct ss_sock *classify(int fd)
 	socklen_t len = sizeof(int);
 	struct sockaddr_storage pa;
 	socklen_t plen = sizeof(pa);
-	struct ss_sock *s;
 
 	if (ss_real.getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &domain, &len) != 0 ||
 	    ss_real.getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &len) != 0 ||
@@ -89,10 +88,11 @@ static struct ss_sock *classify(int fd)
 		ss_sock_mark_plain_fd(fd);
 		return NULL;
 	}
-	s = ss_sock_new(fd, domain, ss_cfg.mode == SS_MODE_TCP ? SS_SOCK_PLAIN : SS_SOCK_ACCEPTED);
-	if (s && ss_cfg.mode == SS_MODE_TCP)
-		s->reason = SS_REASON_POLICY;
-	return s;
+	if (ss_cfg.mode == SS_MODE_TCP) {
+		ss_sock_mark_plain_fd(fd);
+		return NULL;
+	}
+	return ss_sock_new(fd, domain, SS_SOCK_ACCEPTED);
 }
 
 /* The entry for an fd on the I/O path, classifying a never-seen fd. */
@@ -144,6 +144,13 @@ static int wait_app_fd(struct ss_sock *s, int fd, short events, int timeout_ms)
 	return n == 0 ? -EAGAIN : -errno;
 }
 
+/* A connection that is plain for good needs no entry: its calls go straight to libc. */
+static void forget_if_plain(struct ss_sock *s)
+{
+	if (s->state == SS_SOCK_PLAIN && !s->strip_hello)
+		ss_sock_forget(s);
+}
+
 /* Decides an accepted connection at a read: waits as the read would. */
 static int decide_for_read(struct ss_sock *s, int fd, int flags)
 {
@@ -152,6 +159,7 @@ static int decide_for_read(struct ss_sock *s, int fd, int flags)
 	pthread_mutex_lock(&s->lock);
 	ret = ss_server_decide(s, fd, (flags & MSG_DONTWAIT) || nonblocking(fd) ? 0 : -1);
 	pthread_mutex_unlock(&s->lock);
+	forget_if_plain(s);
 	return ret;
 }
 
@@ -172,6 +180,7 @@ static void decide_for_write(struct ss_sock *s, int fd)
 		s->strip_hello = true;
 	}
 	pthread_mutex_unlock(&s->lock);
+	forget_if_plain(s);
 }
 
 /* A plain connection whose server wrote first: remove a late HELLO before reading. */
@@ -204,6 +213,7 @@ static int strip_late_hello(struct ss_sock *s, int fd, int flags)
 	}
 out:
 	pthread_mutex_unlock(&s->lock);
+	forget_if_plain(s);
 	return ret;
 }
 
@@ -343,7 +353,7 @@ EXPORT int socket(int domain, int type, int proto)
 	real_ready();
 	fd = ss_real.socket(domain, type, proto);
 	if (fd >= 0) {
-		if (is_tcp(domain, type, proto))
+		if (is_tcp(domain, type, proto) && ss_cfg.mode != SS_MODE_TCP)
 			ss_sock_put(ss_sock_new(fd, domain, SS_SOCK_FRESH));
 		else
 			ss_sock_mark_plain_fd(fd);
@@ -384,7 +394,7 @@ EXPORT int listen(int fd, int backlog)
 
 static int after_accept(int lfd, int fd)
 {
-	struct ss_sock *l, *s;
+	struct ss_sock *l;
 
 	if (fd < 0)
 		return fd;
@@ -393,12 +403,12 @@ static int after_accept(int lfd, int fd)
 		ss_sock_mark_plain_fd(fd);
 		return fd;
 	}
-	s = ss_sock_new(fd, l->domain,
-			ss_cfg.mode == SS_MODE_TCP ? SS_SOCK_PLAIN : SS_SOCK_ACCEPTED);
-	if (s && ss_cfg.mode == SS_MODE_TCP)
-		s->reason = SS_REASON_POLICY;
-	ss_sock_put(s);
 	ss_sock_put(l);
+	/* SRQSHIM_MODE=tcp: nothing to decide, nothing to track. */
+	if (ss_cfg.mode == SS_MODE_TCP)
+		ss_sock_mark_plain_fd(fd);
+	else
+		ss_sock_put(ss_sock_new(fd, l->domain, SS_SOCK_ACCEPTED));
 	return fd;
 }
 
@@ -430,6 +440,7 @@ EXPORT int connect(int fd, const struct sockaddr *addr, socklen_t len)
 	ret = s->state == SS_SOCK_FRESH ? ss_client_connect(s, fd, addr, len)
 					: (ss_real.connect(fd, addr, len) ? -errno : 0);
 	pthread_mutex_unlock(&s->lock);
+	forget_if_plain(s);
 	ss_sock_put(s);
 	return (int)to_libc(ret);
 }

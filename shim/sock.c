@@ -211,3 +211,22 @@ void ss_sock_for_each(void (*fn)(struct ss_sock *s))
 			fn(s);
 	}
 }
+
+void ss_sock_forget(struct ss_sock *s)
+{
+	int fds[4], n;
+
+	pthread_mutex_lock(&s->fd_lock);
+	n = s->n_fds;
+	memcpy(fds, s->fds, sizeof(fds));
+	s->n_fds = 0;
+	pthread_mutex_unlock(&s->fd_lock);
+	for (int i = 0; i < n; i++) {
+		struct ss_sock *old = slot_swap(fds[i], PLAIN_MARK);
+
+		if (old == s)
+			ss_sock_put(s); /* that name's reference */
+		else
+			ss_sock_put(old);
+	}
+}

@@ -90,6 +90,12 @@ int ss_sock_add_fd(struct ss_sock *s, int fd);
  */
 struct ss_sock *ss_sock_remove_fd(int fd, int *close_ret);
 
+/*
+ * A connection decided plain for good: its names become "not ours", so
+ * their calls cost one table read from now on. The caller's reference stays.
+ */
+void ss_sock_forget(struct ss_sock *s);
+
 /* Marks fd as seen and not ours (costs nothing on later calls). */
 void ss_sock_mark_plain_fd(int fd);
 

@@ -16,7 +16,7 @@ wait_listen $port
 [ "$(redis-cli -h "$ADDR" -p $port -x set big < "$WORK/value")" = OK ] || fail "plain SET"
 redis-cli -h "$ADDR" -p $port --raw get big | head -c 200000 > "$WORK/back"
 cmp "$WORK/value" "$WORK/back" || fail "plain client: value differs"
-redis-benchmark -h "$ADDR" -p $port -c 10 -n 2000 -t set,get --csv > /dev/null || fail "plain benchmark"
+redis-benchmark -h "$ADDR" -p $port -c 10 -n 2000 -t set,get --csv > /dev/null 2>&1 || fail "plain benchmark"
 pass "plain client against a preloaded server"
 
 # A malformed handshake (our magic, a version 0 header) from a plain client
@@ -58,7 +58,7 @@ redis-server --bind "$ADDR" --port $port --save '' --appendonly no --protected-m
 wait_listen $port
 conns() { redis-cli -h "$ADDR" -p $port info stats | tr -d '\r' | sed -n 's/^total_connections_received://p'; }
 c0=$(conns)
-redis-benchmark -h "$ADDR" -p $port -c 10 -n 2000 -t set,get --csv > /dev/null || fail "benchmark"
+redis-benchmark -h "$ADDR" -p $port -c 10 -n 2000 -t set,get --csv > /dev/null 2>&1 || fail "benchmark"
 c1=$(conns)
 plain_cost=$((c1 - c0 - 1))
 # Now preloaded: ten clients connect at once to a destination never seen.
