@@ -408,14 +408,20 @@ bool ss_conn_spin(struct ss_conn *c, unsigned usec)
 		sched_yield();
 		pthread_mutex_lock(&c->lock);
 	}
-	if (--c->spinners == 0 && !got && c->st == ST_RUNNING) {
-		/* About to sleep: events must flow again, and nothing may slip in between. */
+	if (--c->spinners == 0 && c->st == ST_RUNNING) {
+		/*
+		 * The last spinner leaves: events must flow again (the progress
+		 * thread skipped re-arming meanwhile), and nothing may slip in
+		 * between the arming and the last poll.
+		 */
 		if (ibv_req_notify_cq(c->cq, 0) != 0)
 			fail(c, "req_notify_cq failed");
-		got = poll_dry(c, c->cq);
-		if (got)
+		if (poll_dry(c, c->cq)) {
 			flush(c);
-		report(c, got);
+			got = true;
+		}
+		if (!got)
+			report(c, false);
 	}
 	pthread_mutex_unlock(&c->lock);
 	return got;
@@ -443,6 +449,9 @@ void ss_conn_on_timer(struct ss_conn *c, uint64_t now_ms)
 	if (c->st == ST_RUNNING) {
 		progress(c);
 		if (!c->cr.eos_received && now_ms >= c->gone_deadline) {
+			ss_log_info("QP %u: gone peer: credits %u, owed %u, held %u, peer asked %d",
+				    c->qp->qp_num, c->cr.tx_credits, c->cr.to_return,
+				    c->cr.rx_outstanding, c->cr.peer_hard_req);
 			fail(c, "peer gone without end of stream");
 			report(c, false);
 		}
@@ -825,6 +834,11 @@ int ss_conn_drain(struct ss_conn *c, int timeout_ms)
 		if (timeout_ms < 0) {
 			pthread_cond_wait(&c->drained, &c->lock);
 		} else if (pthread_cond_timedwait(&c->drained, &c->lock, &dl) == ETIMEDOUT) {
+			ss_log_warn("QP %u: not delivered within the linger: %u slots unsent, %u "
+				    "unacknowledged, end of stream %s (credits %u, control in flight %u)",
+				    c->qp->qp_num, c->tx_open - c->tx_posted, c->tx_posted - c->tx_done,
+				    c->eos_done ? "acknowledged" : c->eos_posted ? "sent" : "unsent",
+				    c->cr.tx_credits, c->cr.ctrl_inflight);
 			ret = -ETIMEDOUT;
 			break;
 		}
