@@ -498,7 +498,12 @@ int ss_conn_create(struct ss_worker *w, const struct ss_transport_cfg *cfg,
 	if (!c)
 		return -ENOMEM;
 	pthread_mutex_init(&c->lock, NULL);
-	pthread_cond_init(&c->drained, NULL);
+	/* Its deadlines are on CLOCK_MONOTONIC, like every time here. */
+	pthread_condattr_t ca;
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	pthread_cond_init(&c->drained, &ca);
+	pthread_condattr_destroy(&ca);
 	c->w = w;
 	c->hooks = *hooks;
 	c->hooks_arg = hooks_arg;
@@ -815,33 +820,30 @@ void ss_conn_resync(struct ss_conn *c)
 
 int ss_conn_drain(struct ss_conn *c, int timeout_ms)
 {
-	struct timespec dl;
+	uint64_t end = timeout_ms < 0 ? UINT64_MAX : ss_now_ms() + (uint64_t)timeout_ms;
 	int ret = 0;
 
-	clock_gettime(CLOCK_MONOTONIC, &dl);
-	dl.tv_sec += timeout_ms / 1000;
-	dl.tv_nsec += (long)(timeout_ms % 1000) * 1000000;
-	if (dl.tv_nsec >= 1000000000) {
-		dl.tv_sec++;
-		dl.tv_nsec -= 1000000000;
-	}
 	pthread_mutex_lock(&c->lock);
 	c->tx_hold = false;
 	c->draining = true;
 	reap_sends(c);
 	while (c->st == ST_RUNNING &&
 	       (tx_pending(c) || c->tx_done != c->tx_posted || (c->eos_wanted && !c->eos_done))) {
-		if (timeout_ms < 0) {
-			pthread_cond_wait(&c->drained, &c->lock);
-		} else if (pthread_cond_timedwait(&c->drained, &c->lock, &dl) == ETIMEDOUT) {
+		uint64_t now = ss_now_ms(), until = now + 50 < end ? now + 50 : end;
+		struct timespec ts = {(time_t)(until / 1000), (long)(until % 1000) * 1000000};
+
+		if (now >= end) {
 			ss_log_warn("QP %u: not delivered within the linger: %u slots unsent, %u "
-				    "unacknowledged, end of stream %s (credits %u, control in flight %u)",
+				    "unacknowledged, end of stream %s (credits %u)",
 				    c->qp->qp_num, c->tx_open - c->tx_posted, c->tx_posted - c->tx_done,
 				    c->eos_done ? "acknowledged" : c->eos_posted ? "sent" : "unsent",
-				    c->cr.tx_credits, c->cr.ctrl_inflight);
+				    c->cr.tx_credits);
 			ret = -ETIMEDOUT;
 			break;
 		}
+		/* Waits in slices and polls at each: closing never depends on an event. */
+		if (pthread_cond_timedwait(&c->drained, &c->lock, &ts) == ETIMEDOUT)
+			progress(c);
 	}
 	if (c->st == ST_FAILED)
 		ret = -ECONNRESET;
