@@ -827,7 +827,8 @@ int ss_conn_drain(struct ss_conn *c, int timeout_ms)
 	c->tx_hold = false;
 	c->draining = true;
 	reap_sends(c);
-	while (c->st == ST_RUNNING &&
+	/* A peer whose TCP end is gone has closed its QP too: nobody is left to deliver to. */
+	while (c->st == ST_RUNNING && !c->tcp_gone &&
 	       (tx_pending(c) || c->tx_done != c->tx_posted || (c->eos_wanted && !c->eos_done))) {
 		uint64_t now = ss_now_ms(), until = now + 50 < end ? now + 50 : end;
 		struct timespec ts = {(time_t)(until / 1000), (long)(until % 1000) * 1000000};
