@@ -11,7 +11,8 @@
 #define SS_ENV_PREFIX "SRQSHIM_"
 
 static const char *const log_levels[] = {"none", "error", "warn", "info", "debug", NULL};
-static const char *const modes[] = {[SS_MODE_TCP] = "tcp", [SS_MODE_RQ] = "rq", NULL};
+static const char *const modes[] = {[SS_MODE_TCP] = "tcp", [SS_MODE_RQ] = "rq", [SS_MODE_SRQ] = "srq",
+				     NULL};
 
 static int check_peers(const char *value, char *err, size_t errlen)
 {
@@ -39,9 +40,10 @@ static int check_peers(const char *value, char *err, size_t errlen)
 	}
 
 const struct ss_option ss_options[] = {
-	ENUM_OPTION("MODE", mode, "rq", modes,
-		    "how connections are carried: rq (RDMA, a private receive queue per "
-		    "connection) or tcp (never upgrade)"),
+	ENUM_OPTION("MODE", mode, "srq", modes,
+		    "how connections are carried: srq (RDMA, receives from one shared receive "
+		    "queue and pool per process), rq (RDMA, a private receive queue and buffers "
+		    "per connection) or tcp (never upgrade)"),
 	ENUM_OPTION("LOG_LEVEL", log_level, "error", log_levels,
 		    "messages written to stderr (never when stderr is a socket): none, error, warn, "
 		    "info or debug"),
@@ -68,10 +70,26 @@ const struct ss_option ss_options[] = {
 	INT_OPTION("PORT", port, "0", 0, 255, "device port to use; 0: any active port"),
 	INT_OPTION("GID_INDEX", gid_index, "-1", -1, 65535,
 		   "GID table index to use; -1: the GID of the local address (RoCE v2 first)"),
-	INT_OPTION("SQ_DEPTH", sq_depth, "64", 4, 4096,
-		   "send queue depth per connection (2 entries are kept for control messages)"),
+	INT_OPTION("SQ_DEPTH", sq_depth, "16", 4, 4096,
+		   "send queue depth per connection (2 entries are kept for control messages); "
+		   "it sets most of an idle connection's memory"),
 	INT_OPTION("RQ_DEPTH", rq_depth, "64", 1, 4096,
 		   "receive buffers posted per connection in rq mode: the peer's send window"),
+	INT_OPTION("SRQ_WINDOW", srq_window, "16", 1, 4096,
+		   "srq mode: messages a peer may send before its first grant (not backed by "
+		   "reserved buffers: RNR retry absorbs a burst of many connections)"),
+	INT_OPTION("SRQ_POOL", srq_pool, "256", 4, 32768,
+		   "srq mode: receive buffers posted on the shared receive queue at first, and "
+		   "the step by which the pool grows when the queue runs low"),
+	INT_OPTION("SRQ_POOL_MAX", srq_pool_max, "4096", 4, 32768,
+		   "srq mode: most receive buffers in the pool (also capped by the device's CQ "
+		   "size)"),
+	INT_OPTION("SRQ_HOLD", srq_hold, "8", 0, 4096,
+		   "srq mode: received buffers a connection keeps unread in the pool; beyond "
+		   "this, unread data is copied out so a slow reader cannot starve the others"),
+	INT_OPTION("TX_POOL_MAX", tx_pool_max, "8192", 16, 1048576,
+		   "most send buffers per device, shared by all connections (taken while data "
+		   "is in flight)"),
 	INT_OPTION("BUF_SIZE", buf_size, "8192", 256, 1048576,
 		   "bytes per receive buffer, and so the largest single RDMA SEND"),
 	INT_OPTION("MAX_INLINE", max_inline, "64", 0, 256, "SENDs up to this size go inline"),

@@ -7,6 +7,7 @@
 enum ss_mode {
 	SS_MODE_TCP,
 	SS_MODE_RQ,
+	SS_MODE_SRQ,
 };
 
 struct ss_config {
@@ -17,6 +18,11 @@ struct ss_config {
 	int gid_index;   /* -1 = the GID of the local address */
 	int sq_depth;
 	int rq_depth;
+	int srq_window;
+	int srq_pool;
+	int srq_pool_max;
+	int srq_hold;
+	int tx_pool_max;
 	int buf_size;
 	int max_inline;
 	int hello_timeout_ms;

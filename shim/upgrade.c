@@ -104,9 +104,14 @@ static void transport_cfg(struct ss_transport_cfg *t)
 	t->dev.device = ss_cfg.device[0] ? ss_cfg.device : NULL;
 	t->dev.port = (unsigned)ss_cfg.port;
 	t->dev.gid_index = ss_cfg.gid_index;
-	t->recv_mode = SS_RECV_RQ;
+	t->recv_mode = ss_cfg.mode == SS_MODE_SRQ ? SS_RECV_SRQ : SS_RECV_RQ;
 	t->sq_depth = (uint32_t)ss_cfg.sq_depth;
-	t->rx_window = (uint32_t)ss_cfg.rq_depth;
+	t->rx_window = (uint32_t)(ss_cfg.mode == SS_MODE_SRQ ? ss_cfg.srq_window : ss_cfg.rq_depth);
+	t->srq_initial = (uint32_t)ss_cfg.srq_pool;
+	t->srq_max = (uint32_t)(ss_cfg.srq_pool_max > ss_cfg.srq_pool ? ss_cfg.srq_pool_max
+								   : ss_cfg.srq_pool);
+	t->srq_hold = (uint32_t)ss_cfg.srq_hold;
+	t->tx_pool_max = (uint32_t)ss_cfg.tx_pool_max;
 	t->buf_size = (uint32_t)ss_cfg.buf_size;
 	t->max_inline = (uint32_t)ss_cfg.max_inline;
 	t->ctrl_reserve = 2;

@@ -139,16 +139,22 @@ static void *reader(void *arg)
 	return NULL;
 }
 
-static void stream_both_ways(uint32_t window, uint32_t buf_size, size_t bytes)
+/* modes: the receive model of each side (SS_RECV_RQ or SS_RECV_SRQ). */
+static void stream_both_ways(const uint8_t modes[2], uint32_t window, uint32_t buf_size,
+			     size_t bytes)
 {
 	struct ss_transport_cfg cfg = {
 		.dev = {NULL, 0, -1},
-		.recv_mode = SS_RECV_RQ,
 		.sq_depth = 16,
 		.rx_window = window,
 		.buf_size = buf_size,
 		.max_inline = 64,
 		.ctrl_reserve = 2,
+		/* a small SRQ: both sides' windows cannot all be backed, grants get held back */
+		.srq_initial = 8,
+		.srq_max = 16,
+		.srq_hold = 2,
+		.tx_pool_max = 256,
 	};
 	struct ss_worker *w;
 	struct end ends[2] = {{.seed = 12345, .total = bytes}, {.seed = 999, .total = bytes}};
@@ -159,6 +165,7 @@ static void stream_both_ways(uint32_t window, uint32_t buf_size, size_t bytes)
 	for (int i = 0; i < 2; i++) {
 		ends[i].evfd = eventfd(0, EFD_CLOEXEC);
 		assert_true(ends[i].evfd >= 0);
+		cfg.recv_mode = modes[i];
 		assert_int_equal(ss_conn_create(w, &cfg, (struct sockaddr *)&local_addr, &hooks, &ends[i],
 						&ends[i].c, &ends[i].mine, &reason),
 				 0);
@@ -183,8 +190,9 @@ static void stream_both_ways(uint32_t window, uint32_t buf_size, size_t bytes)
 
 		assert_int_equal(ss_conn_drain(ends[i].c, 60000), 0);
 		ss_conn_get_stats(ends[i].c, &st);
-		printf("rdma_conn: window %u, %u-byte buffers: side %d sent %llu B in %llu msgs, "
+		printf("rdma_conn: %s/%s, window %u, %u-byte buffers: side %d sent %llu B in %llu msgs, "
 		       "grants %llu/%llu, requests %llu/%llu, send buffer full %d times\n",
+		       modes[0] == SS_RECV_SRQ ? "srq" : "rq", modes[1] == SS_RECV_SRQ ? "srq" : "rq",
 		       window, buf_size, i, (unsigned long long)st.tx_bytes,
 		       (unsigned long long)st.tx_msgs, (unsigned long long)st.grants_sent,
 		       (unsigned long long)st.grants_received, (unsigned long long)st.requests_sent,
@@ -200,16 +208,33 @@ static void stream_both_ways(uint32_t window, uint32_t buf_size, size_t bytes)
 	}
 }
 
+static const uint8_t rq_rq[2] = {SS_RECV_RQ, SS_RECV_RQ};
+static const uint8_t srq_srq[2] = {SS_RECV_SRQ, SS_RECV_SRQ};
+static const uint8_t srq_rq[2] = {SS_RECV_SRQ, SS_RECV_RQ};
+
 static void test_stream_small_window(void **state)
 {
 	(void)state;
-	stream_both_ways(2, 1024, 8u << 20);
+	stream_both_ways(rq_rq, 2, 1024, 8u << 20);
 }
 
 static void test_stream_default_like(void **state)
 {
 	(void)state;
-	stream_both_ways(64, 8192, 32u << 20);
+	stream_both_ways(rq_rq, 64, 8192, 32u << 20);
+}
+
+/* Windows of 16 on both sides into a shared pool of 8 to 16 buffers. */
+static void test_stream_srq_small_pool(void **state)
+{
+	(void)state;
+	stream_both_ways(srq_srq, 16, 8192, 16u << 20);
+}
+
+static void test_stream_srq_with_rq(void **state)
+{
+	(void)state;
+	stream_both_ways(srq_rq, 16, 4096, 8u << 20);
 }
 
 static int find_address(void)
@@ -236,6 +261,8 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_stream_small_window),
 		cmocka_unit_test(test_stream_default_like),
+		cmocka_unit_test(test_stream_srq_small_pool),
+		cmocka_unit_test(test_stream_srq_with_rq),
 	};
 
 	setvbuf(stdout, NULL, _IOLBF, 0);

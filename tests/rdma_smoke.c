@@ -133,7 +133,7 @@ static void exchange(bool use_srq)
 
 	for (int i = 0; i < 2; i++) {
 		r.s[i].dir = i;
-		assert_int_equal(ss_qp_create_rc(r.pd, r.cq, r.cq, r.srq, &caps, &r.s[i].qp), 0);
+		assert_int_equal(ss_qp_create_rc(r.pd, r.cq, r.cq, r.srq, &caps, NULL, &r.s[i].qp), 0);
 		assert_int_equal(ss_random_psn(&r.s[i].psn), 0);
 	}
 	for (int slot = 0; slot < N_RECV; slot++)

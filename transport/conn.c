@@ -1,8 +1,11 @@
 /*
- * A byte stream over one RC QP with a private receive queue: registered
- * receive buffers posted per connection, a ring of registered send slots,
- * and the credit rules of credit.h. Every SEND carries its kind and the
- * credits it returns in the immediate data (docs/protocol.md, part 2).
+ * A byte stream over one RC QP: a ring of send slots filled with registered
+ * blocks from the device's send pool, received messages queued until the
+ * application reads them, and the credit rules of credit.h. Every SEND
+ * carries its kind and the credits it returns in the immediate data
+ * (docs/protocol.md, part 2). Where receives come from is the backend's
+ * business (struct backend below): a private receive queue with its own
+ * buffers and CQs, or the worker's SRQ with shared pool and CQs (srq.h).
  */
 #include "transport/conn.h"
 
@@ -20,11 +23,17 @@
 
 #include "transport/credit.h"
 #include "transport/log.h"
+#include "transport/pool.h"
 #include "transport/qp.h"
+#include "transport/srq.h"
 #include "transport/worker.h"
 
 /* How long a peer whose TCP connection ended may still deliver over RDMA. */
 #define SS_GONE_GRACE_MS 500
+/* How long a QP on an SRQ may wait for its last-WQE event before it is destroyed anyway. */
+#define SS_LAST_WQE_MS 100
+/* Retry of a grant held back for want of receive capacity, or of a send pool that was dry. */
+#define SS_RETRY_MS 2
 
 enum conn_state {
 	ST_CREATED,   /* QP made, receives posted */
@@ -37,10 +46,32 @@ enum conn_state {
 /* wr_id of sends: the kind in the top bits, the slot sequence below. */
 #define WR_KIND_SHIFT 62
 
+/* A received message: in a registered block, or copied out to the heap (heap set). */
 struct rx_ent {
-	uint32_t slot;
+	struct ss_blk *blk;
+	uint8_t *heap;
 	uint32_t len;
 	uint32_t off; /* bytes already read */
+};
+
+/* Where receives come from; see rq_backend and srq_backend. */
+struct backend {
+	/* Makes the CQs and the QP, and fills the receive side of *mine. */
+	int (*setup)(struct ss_conn *c, const struct ss_transport_cfg *cfg, struct ss_params *mine);
+	/* Posts the first receives; the QP is in RTR. */
+	int (*post_initial)(struct ss_conn *c);
+	/* A received block is free again. */
+	void (*release)(struct ss_conn *c, struct ss_blk *b);
+	/* Takes completions and re-arms events; lock held, may be dropped meanwhile. */
+	void (*progress)(struct ss_conn *c);
+	/* ss_conn_spin(), lock not held. */
+	bool (*spin)(struct ss_conn *c, unsigned usec);
+	/* Credits a grant may return now. */
+	uint32_t (*grant_limit)(struct ss_conn *c);
+	/* Posts what may go after an application call; lock held. */
+	void (*push)(struct ss_conn *c);
+	/* Destroys the QP and receive side; progress thread, at free. */
+	void (*teardown)(struct ss_conn *c);
 };
 
 struct ss_conn {
@@ -49,32 +80,44 @@ struct ss_conn {
 	struct ss_conn *next; /* worker lists: graveyard or timed */
 	struct ss_worker *w;
 	struct ss_devctx *dc;
+	const struct backend *be;
 	struct ss_conn_hooks hooks;
 	uint32_t sq_depth, rx_window, ctrl_reserve;
 	void *hooks_arg;
 	int liveness_fd;
 	int ep_tag; /* SS_TAG_LIVENESS: the progress loop finds us by this field */
+	int cq_tag; /* SS_TAG_CONN: context of our own CQs (private RQ) */
 
-	struct ibv_cq *cq;  /* receive completions: always armed */
-	struct ibv_cq *scq; /* send completions: armed only while someone waits for them */
+	struct ibv_cq *cq;  /* receive completions */
+	struct ibv_cq *scq; /* send completions */
 	struct ibv_qp *qp;
-	struct ibv_mr *mr;
-	uint8_t *mem;
-	size_t mem_len;
 	uint32_t psn;
+	/* private RQ: our buffers and CQ events; the receive CQ is always armed, the send CQ only while someone waits */
+	struct ss_pool rxp;
 	unsigned unacked_events, unacked_sevents;
+	/* SRQ: the shared side and our room in its send CQ */
+	struct ss_srq *srq;
+	struct ss_txcq *txcq;
+	uint32_t hold_max; /* blocks held unread before copies go to the heap */
+	uint32_t held;
+	uint32_t seen; /* completions handed to us; spinners watch it (atomic) */
+	bool last_wqe;
+	uint64_t free_at;
 
 	uint32_t buf_size;
-	uint32_t n_rx; /* receive slots: data window plus control reserve */
-	struct rx_ent *rxq; /* ring of n_rx, received data in order */
+	struct ss_pool *txp;  /* the device's send blocks */
+	uint32_t n_rxq;       /* the data window: the most messages the peer may have unread here */
+	struct rx_ent *rxq;   /* ring of n_rxq, received data in order */
 	uint32_t rxq_head, rxq_count;
 	size_t rx_avail;
 
-	uint8_t *tx_mem;
 	uint32_t n_tx, tx_slot_size, max_inline;
+	struct ss_blk **tx_blk;
 	uint32_t *tx_len;
 	uint32_t tx_done, tx_posted, tx_open; /* sequence numbers of slots */
 	bool tx_hold;                          /* MSG_MORE: keep the partial last slot */
+	bool tx_starved;                       /* the send pool was dry */
+	uint64_t retry_at;                     /* a withheld grant or a dry pool is retried then */
 
 	struct ss_credit cr;
 	enum conn_state st;
@@ -84,6 +127,7 @@ struct ss_conn {
 	bool tcp_gone;
 	uint64_t gone_deadline;
 	bool timed; /* on the worker's timer list */
+	uint64_t timer_at; /* when the worker calls ss_conn_on_timer() */
 	unsigned last_ready;
 	struct ss_conn_stats stats;
 };
@@ -111,34 +155,17 @@ struct ss_conn **ss_conn_next_p(struct ss_conn *c)
 
 uint64_t ss_conn_deadline(struct ss_conn *c)
 {
-	return c->gone_deadline;
+	return __atomic_load_n(&c->timer_at, __ATOMIC_RELAXED);
 }
 
-static uint8_t *rx_buf(struct ss_conn *c, uint32_t slot)
+static uint8_t *rx_data(const struct rx_ent *e)
 {
-	return c->mem + (size_t)slot * c->buf_size;
+	return e->heap ? e->heap : e->blk->addr;
 }
 
 static uint8_t *tx_buf(struct ss_conn *c, uint32_t seq)
 {
-	return c->tx_mem + (size_t)(seq % c->n_tx) * c->tx_slot_size;
-}
-
-static int post_recv(struct ss_conn *c, uint32_t slot)
-{
-	struct ibv_sge sge = {
-		.addr = (uintptr_t)rx_buf(c, slot),
-		.length = c->buf_size,
-		.lkey = c->mr->lkey,
-	};
-	struct ibv_recv_wr wr = {.wr_id = slot, .sg_list = &sge, .num_sge = 1}, *bad;
-	int ret = ibv_post_recv(c->qp, &wr, &bad);
-
-	if (ret) {
-		ss_log_error("QP %u: ibv_post_recv: %s", c->qp->qp_num, strerror(ret));
-		return -ret;
-	}
-	return 0;
+	return c->tx_blk[seq % c->n_tx]->addr;
 }
 
 static void fail(struct ss_conn *c, const char *why)
@@ -152,10 +179,32 @@ static void fail(struct ss_conn *c, const char *why)
 	pthread_cond_broadcast(&c->drained);
 }
 
+/* Asks the progress thread to call ss_conn_on_timer() at (or before) at. */
+static void arm_timer(struct ss_conn *c, uint64_t at)
+{
+	if (c->timed && c->timer_at <= at)
+		return;
+	__atomic_store_n(&c->timer_at, at, __ATOMIC_RELAXED);
+	if (!c->timed) {
+		c->timed = true;
+		ss_worker_arm_timer(c->w, c);
+	} else {
+		ss_worker_wake(c->w); /* it may sleep until a later time */
+	}
+}
+
+static void arm_retry(struct ss_conn *c)
+{
+	if (c->retry_at)
+		return;
+	c->retry_at = ss_now_ms() + SS_RETRY_MS;
+	arm_timer(c, c->retry_at);
+}
+
 static int post_send(struct ss_conn *c, enum ss_msg_kind kind, uint32_t seq, bool want_more)
 {
 	uint32_t len = kind == SS_KIND_DATA ? c->tx_len[seq % c->n_tx] : 0;
-	struct ibv_sge sge = {.addr = (uintptr_t)tx_buf(c, seq), .length = len, .lkey = c->mr->lkey};
+	struct ibv_sge sge = {0};
 	struct ibv_send_wr wr = {
 		.wr_id = ((uint64_t)kind << WR_KIND_SHIFT) | seq,
 		.sg_list = &sge,
@@ -165,6 +214,9 @@ static int post_send(struct ss_conn *c, enum ss_msg_kind kind, uint32_t seq, boo
 	}, *bad;
 	int ret;
 
+	if (len)
+		sge = (struct ibv_sge){.addr = (uintptr_t)tx_buf(c, seq), .length = len,
+				       .lkey = c->tx_blk[seq % c->n_tx]->lkey};
 	wr.imm_data = htonl(ss_credit_on_post(&c->cr, kind, want_more));
 	ret = ibv_post_send(c->qp, &wr, &bad);
 	if (ret) {
@@ -185,13 +237,26 @@ static bool tx_pending(const struct ss_conn *c)
 	return c->tx_posted != c->tx_open;
 }
 
+/* Sends a grant only against what the backend can back; owed credits beyond wait for a retry. */
+static void limit_grants(struct ss_conn *c)
+{
+	ss_credit_set_grant_limit(&c->cr, c->be->grant_limit(c));
+	if (ss_credit_withheld(&c->cr))
+		arm_retry(c);
+}
+
+static bool ctrl_now(struct ss_conn *c)
+{
+	return ss_credit_ctrl_due(&c->cr, tx_pending(c)) && ss_credit_can_send_ctrl(&c->cr);
+}
+
 /* Posts what the rules allow: control first (it never waits behind data). */
 static void flush(struct ss_conn *c)
 {
 	if (c->st != ST_RUNNING)
 		return;
-	if (ss_credit_ctrl_due(&c->cr, tx_pending(c)) && ss_credit_can_send_ctrl(&c->cr) &&
-	    post_send(c, SS_KIND_CTRL, 0, tx_pending(c)) < 0)
+	limit_grants(c);
+	if (ctrl_now(c) && post_send(c, SS_KIND_CTRL, 0, tx_pending(c)) < 0)
 		return;
 	while (tx_pending(c) && ss_credit_can_send_data(&c->cr)) {
 		bool last = c->tx_posted + 1 == c->tx_open;
@@ -203,8 +268,7 @@ static void flush(struct ss_conn *c)
 		c->tx_posted++;
 	}
 	/* Out of credits with data waiting: the request may be due now. */
-	if (ss_credit_ctrl_due(&c->cr, tx_pending(c)) && ss_credit_can_send_ctrl(&c->cr) &&
-	    post_send(c, SS_KIND_CTRL, 0, tx_pending(c)) < 0)
+	if (ctrl_now(c) && post_send(c, SS_KIND_CTRL, 0, tx_pending(c)) < 0)
 		return;
 	if (c->eos_wanted && !c->eos_posted && !tx_pending(c) && ss_credit_can_send_ctrl(&c->cr)) {
 		if (post_send(c, SS_KIND_EOS, 0, false) == 0)
@@ -219,9 +283,9 @@ static uint32_t tx_free_slots(const struct ss_conn *c)
 
 static bool tx_room(const struct ss_conn *c)
 {
-	if (tx_free_slots(c) > 0)
+	if (tx_pending(c) && c->tx_len[(c->tx_open - 1) % c->n_tx] < c->tx_slot_size)
 		return true;
-	return tx_pending(c) && c->tx_len[(c->tx_open - 1) % c->n_tx] < c->tx_slot_size;
+	return tx_free_slots(c) > 0 && !c->tx_starved;
 }
 
 static unsigned compute_ready(const struct ss_conn *c)
@@ -260,55 +324,186 @@ static void report(struct ss_conn *c, bool edge)
 	c->last_ready = r;
 }
 
+static void rx_push(struct ss_conn *c, struct ss_blk *b, uint32_t len)
+{
+	struct rx_ent *e = &c->rxq[(c->rxq_head + c->rxq_count) % c->n_rxq];
+
+	*e = (struct rx_ent){.blk = b, .len = len};
+	/* Above the watermark the bytes leave registered memory: a slow reader holds no pool. */
+	if (c->srq && c->held >= c->hold_max && (e->heap = malloc(len)) != NULL) {
+		memcpy(e->heap, b->addr, len);
+		e->blk = NULL;
+		c->be->release(c, b);
+		c->stats.copied_out++;
+	} else if (c->srq) {
+		c->held++;
+	}
+	c->rxq_count++;
+	c->rx_avail += len;
+}
+
+/* Frees the oldest queued message (read, or dropped at the end). */
+static void rx_pop(struct ss_conn *c)
+{
+	struct rx_ent *e = &c->rxq[c->rxq_head];
+
+	if (e->heap) {
+		free(e->heap);
+	} else {
+		c->be->release(c, e->blk);
+		if (c->srq)
+			c->held--;
+	}
+	c->rxq_head = (c->rxq_head + 1) % c->n_rxq;
+	c->rxq_count--;
+}
+
 /* Handles one completion; returns true if it brought new readable data. */
 static bool on_completion(struct ss_conn *c, const struct ibv_wc *wc)
 {
-	if (wc->status != IBV_WC_SUCCESS) {
-		if (c->st != ST_FAILED && c->st != ST_DEAD)
-			ss_log_info("QP %u: completion error %s (%s)", c->qp->qp_num,
-				    ibv_wc_status_str(wc->status), wc->opcode & IBV_WC_RECV ? "recv" : "send");
-		fail(c, ibv_wc_status_str(wc->status));
-		return false;
-	}
 	if (!(wc->opcode & IBV_WC_RECV)) {
 		enum ss_msg_kind kind = (enum ss_msg_kind)(wc->wr_id >> WR_KIND_SHIFT);
 
+		/* Flushed or not, the slot and its block are free again. */
 		ss_credit_on_send_done(&c->cr, kind);
-		if (kind == SS_KIND_DATA)
-			c->tx_done++; /* one SQ: send completions come in order */
-		else if (kind == SS_KIND_EOS)
+		if (kind == SS_KIND_DATA) {
+			/* One SQ: send completions come in order. */
+			ss_pool_put(c->txp, c->tx_blk[c->tx_done % c->n_tx]);
+			c->tx_blk[c->tx_done % c->n_tx] = NULL;
+			c->tx_done++;
+			if (c->tx_starved)
+				c->tx_starved = false;
+		} else if (kind == SS_KIND_EOS && wc->status == IBV_WC_SUCCESS) {
 			c->eos_done = true;
+		}
+		if (wc->status != IBV_WC_SUCCESS)
+			goto bad_status;
 		return false;
 	}
 
-	uint32_t slot = (uint32_t)wc->wr_id;
+	struct ss_blk *b = (struct ss_blk *)(uintptr_t)wc->wr_id;
+	if (wc->status != IBV_WC_SUCCESS) {
+		c->be->release(c, b);
+		goto bad_status;
+	}
 	/* Any message from the peer proves its QP receives: the commit point has passed. */
 	if (c->st == ST_CONNECTED)
 		c->st = ST_RUNNING;
 	int kind = (wc->wc_flags & IBV_WC_WITH_IMM) ? ss_credit_on_recv(&c->cr, ntohl(wc->imm_data))
 						     : -EPROTO;
 	if (kind < 0 || (kind != SS_KIND_DATA && wc->byte_len) ||
-	    (kind == SS_KIND_DATA && wc->byte_len == 0)) {
-		ss_log_error("QP %u: protocol error in a received message (imm 0x%x, %u bytes)",
-			     c->qp->qp_num, ntohl(wc->imm_data), wc->byte_len);
+	    (kind == SS_KIND_DATA && wc->byte_len == 0) || c->st != ST_RUNNING) {
+		if (c->st == ST_RUNNING)
+			ss_log_error("QP %u: protocol error in a received message (imm 0x%x, %u bytes)",
+				     c->qp->qp_num, ntohl(wc->imm_data), wc->byte_len);
+		c->be->release(c, b);
 		fail(c, "protocol error");
 		return false;
 	}
 	if (kind != SS_KIND_DATA) {
-		if (post_recv(c, slot) < 0)
-			fail(c, "repost failed");
+		c->be->release(c, b);
 		return kind == SS_KIND_EOS;
 	}
-	c->rxq[(c->rxq_head + c->rxq_count) % c->n_rx] = (struct rx_ent){slot, wc->byte_len, 0};
-	c->rxq_count++;
-	c->rx_avail += wc->byte_len;
+	rx_push(c, b, wc->byte_len);
 	c->stats.rx_msgs++;
 	c->stats.rx_bytes += wc->byte_len;
 	return true;
+
+bad_status:
+	if (c->st != ST_FAILED && c->st != ST_DEAD)
+		ss_log_info("QP %u: completion error %s (%s)", c->qp->qp_num,
+			    ibv_wc_status_str(wc->status), wc->opcode & IBV_WC_RECV ? "recv" : "send");
+	fail(c, ibv_wc_status_str(wc->status));
+	return false;
 }
 
-/* Polls one CQ dry; returns true if new readable data came. */
-static bool poll_dry(struct ss_conn *c, struct ibv_cq *cq)
+/* After completions were taken: post what may go, wake drains and report; lock held. */
+static void after_events(struct ss_conn *c, bool edge)
+{
+	flush(c);
+	if (c->tcp_gone && !c->cr.eos_received && c->st == ST_RUNNING && !c->gone_deadline) {
+		/* Once: the grace counts from the TCP end, not from the last progress. */
+		c->gone_deadline = ss_now_ms() + SS_GONE_GRACE_MS;
+		arm_timer(c, c->gone_deadline);
+	}
+	if (c->eos_done || c->st == ST_FAILED || (!tx_pending(c) && c->tx_done == c->tx_posted))
+		pthread_cond_broadcast(&c->drained);
+	/* A spinning application thread consumes what comes and reports when it leaves. */
+	if (!c->spinners)
+		report(c, edge);
+}
+
+/* ---- private receive queue ---- */
+
+static int rq_post(struct ss_conn *c, struct ss_blk *b)
+{
+	struct ibv_sge sge = {.addr = (uintptr_t)b->addr, .length = c->buf_size, .lkey = b->lkey};
+	struct ibv_recv_wr wr = {.wr_id = (uintptr_t)b, .sg_list = &sge, .num_sge = 1}, *bad;
+	int ret = ibv_post_recv(c->qp, &wr, &bad);
+
+	if (ret) {
+		ss_log_error("QP %u: ibv_post_recv: %s", c->qp->qp_num, strerror(ret));
+		return -ret;
+	}
+	return 0;
+}
+
+static void rq_release(struct ss_conn *c, struct ss_blk *b)
+{
+	/* A failed QP would only flush it back: keep it. */
+	if ((c->st == ST_RUNNING || c->st == ST_CONNECTED) && rq_post(c, b) == 0)
+		return;
+	ss_pool_put(&c->rxp, b);
+}
+
+static int rq_setup(struct ss_conn *c, const struct ss_transport_cfg *cfg, struct ss_params *mine)
+{
+	uint32_t n_rx = cfg->rx_window + cfg->ctrl_reserve;
+	struct ss_qp_caps caps = {cfg->sq_depth, n_rx, cfg->max_inline};
+	int ret;
+
+	ret = ss_pool_init(&c->rxp, c->dc->pd, c->buf_size, n_rx, n_rx, 1);
+	if (ret)
+		goto err_fini;
+	/* Each CQ holds every request of its queue: it can never overflow. */
+	c->cq = ibv_create_cq(c->dc->dev->ctx, (int)n_rx, &c->cq_tag, c->dc->ch, 0);
+	c->scq = ibv_create_cq(c->dc->dev->ctx, (int)cfg->sq_depth, &c->cq_tag, c->dc->ch, 0);
+	if (!c->cq || !c->scq) {
+		ret = errno ? -errno : -ENOMEM;
+		ss_log_error("ibv_create_cq: %s", strerror(-ret));
+		goto err_destroy_cq;
+	}
+	ret = ss_qp_create_rc(c->dc->pd, c->scq, c->cq, NULL, &caps, c, &c->qp);
+	if (ret)
+		goto err_destroy_cq;
+	mine->recv_mode = SS_RECV_RQ;
+	mine->window = cfg->rx_window;
+	return 0;
+
+err_destroy_cq:
+	if (c->scq)
+		ibv_destroy_cq(c->scq);
+	if (c->cq)
+		ibv_destroy_cq(c->cq);
+err_fini:
+	ss_pool_fini(&c->rxp);
+	return ret;
+}
+
+static int rq_post_initial(struct ss_conn *c)
+{
+	struct ss_blk *b;
+	int ret = 0;
+
+	while (ret == 0 && (b = ss_pool_get(&c->rxp, 0)))
+		ret = rq_post(c, b);
+	if (ret == 0 && ibv_req_notify_cq(c->cq, 0) != 0)
+		ret = -EIO;
+	return ret;
+}
+
+/* Polls one of our CQs dry; returns true if new readable data came. */
+static bool rq_poll_dry(struct ss_conn *c, struct ibv_cq *cq)
 {
 	struct ibv_wc wc[16];
 	bool edge = false;
@@ -339,29 +534,26 @@ static bool send_waiters(const struct ss_conn *c)
 }
 
 /* Takes the send completions there are; arms their CQ when someone will wait for more. */
-static void reap_sends(struct ss_conn *c)
+static void rq_reap_sends(struct ss_conn *c)
 {
-	bool edge = poll_dry(c, c->scq);
-
+	rq_poll_dry(c, c->scq);
 	flush(c);
 	if (send_waiters(c)) {
 		if (ibv_req_notify_cq(c->scq, 0) != 0)
 			fail(c, "req_notify_cq failed");
-		edge |= poll_dry(c, c->scq);
+		rq_poll_dry(c, c->scq);
 		flush(c);
 	}
-	(void)edge; /* send completions bring no data */
 }
 
-/* Drains both CQs and re-arms them as needed; call with the lock held. */
-static void progress(struct ss_conn *c)
+static void rq_progress(struct ss_conn *c)
 {
 	bool edge = false;
 
 	if (c->st == ST_DEAD)
 		return;
-	edge |= poll_dry(c, c->scq);
-	edge |= poll_dry(c, c->cq);
+	edge |= rq_poll_dry(c, c->scq);
+	edge |= rq_poll_dry(c, c->cq);
 	/*
 	 * Arm, then poll again: a completion between the two polls is not lost.
 	 * While an application thread spins on the CQ it needs no events.
@@ -369,21 +561,13 @@ static void progress(struct ss_conn *c)
 	if (!c->spinners) {
 		if (ibv_req_notify_cq(c->cq, 0) != 0)
 			fail(c, "req_notify_cq failed");
-		edge |= poll_dry(c, c->cq);
+		edge |= rq_poll_dry(c, c->cq);
 	}
-	reap_sends(c);
-	if (c->tcp_gone && !c->cr.eos_received && c->st == ST_RUNNING && !c->gone_deadline) {
-		/* Once: the grace counts from the TCP end, not from the last progress. */
-		c->gone_deadline = ss_now_ms() + SS_GONE_GRACE_MS;
-		c->timed = true;
-		ss_worker_arm_timer(c->w, c);
-	}
-	if (c->eos_done || c->st == ST_FAILED || (!tx_pending(c) && c->tx_done == c->tx_posted))
-		pthread_cond_broadcast(&c->drained);
-	report(c, edge);
+	rq_reap_sends(c);
+	after_events(c, edge);
 }
 
-bool ss_conn_spin(struct ss_conn *c, unsigned usec)
+static bool rq_spin(struct ss_conn *c, unsigned usec)
 {
 	uint64_t end = ss_now_us() + usec;
 	bool got = false;
@@ -396,7 +580,7 @@ bool ss_conn_spin(struct ss_conn *c, unsigned usec)
 			break;
 		}
 		/* No re-arming and no readiness report: the caller consumes what comes. */
-		got = poll_dry(c, c->cq) | poll_dry(c, c->scq);
+		got = rq_poll_dry(c, c->cq) | rq_poll_dry(c, c->scq);
 		if (got) {
 			flush(c);
 			break;
@@ -416,7 +600,7 @@ bool ss_conn_spin(struct ss_conn *c, unsigned usec)
 		 */
 		if (ibv_req_notify_cq(c->cq, 0) != 0)
 			fail(c, "req_notify_cq failed");
-		if (poll_dry(c, c->cq)) {
+		if (rq_poll_dry(c, c->cq)) {
 			flush(c);
 			got = true;
 		}
@@ -425,6 +609,169 @@ bool ss_conn_spin(struct ss_conn *c, unsigned usec)
 	}
 	pthread_mutex_unlock(&c->lock);
 	return got;
+}
+
+static uint32_t rq_grant_limit(struct ss_conn *c)
+{
+	(void)c;
+	return UINT32_MAX; /* every consumed buffer is posted again at once */
+}
+
+static void rq_teardown(struct ss_conn *c)
+{
+	struct ibv_wc wc[16];
+
+	ibv_destroy_qp(c->qp);
+	while (ibv_poll_cq(c->cq, 16, wc) > 0 || ibv_poll_cq(c->scq, 16, wc) > 0)
+		;
+	if (c->unacked_events)
+		ibv_ack_cq_events(c->cq, c->unacked_events);
+	if (c->unacked_sevents)
+		ibv_ack_cq_events(c->scq, c->unacked_sevents);
+	ibv_destroy_cq(c->cq);
+	ibv_destroy_cq(c->scq);
+}
+
+static const struct backend rq_backend = {
+	.setup = rq_setup,
+	.post_initial = rq_post_initial,
+	.release = rq_release,
+	.progress = rq_progress,
+	.spin = rq_spin,
+	.grant_limit = rq_grant_limit,
+	.push = rq_reap_sends, /* takes its send completions on the way */
+	.teardown = rq_teardown,
+};
+
+/* ---- shared receive queue ---- */
+
+static int srq_setup(struct ss_conn *c, const struct ss_transport_cfg *cfg, struct ss_params *mine)
+{
+	struct ss_qp_caps caps = {cfg->sq_depth, 0, cfg->max_inline};
+	int ret;
+
+	c->srq = c->dc->srq;
+	c->hold_max = cfg->srq_hold;
+	ret = ss_srq_reserve_tx(c->srq, cfg->sq_depth, &c->txcq);
+	if (ret)
+		return ret;
+	c->cq = c->srq->rcq;
+	c->scq = c->txcq->cq;
+	ret = ss_qp_create_rc(c->dc->pd, c->scq, c->cq, c->srq->srq, &caps, c, &c->qp);
+	if (ret)
+		goto err_unreserve;
+	ret = ss_srq_attach(c->srq, c->qp, c);
+	if (ret)
+		goto err_destroy_qp;
+	mine->recv_mode = SS_RECV_SRQ;
+	mine->window = cfg->rx_window;
+	mine->buf_size = c->srq->cfg.buf_size; /* the SRQ's blocks, whatever cfg says now */
+	return 0;
+
+err_destroy_qp:
+	ibv_destroy_qp(c->qp);
+err_unreserve:
+	ss_srq_unreserve_tx(c->srq, c->txcq, cfg->sq_depth);
+	return ret;
+}
+
+static int srq_post_initial(struct ss_conn *c)
+{
+	(void)c; /* the SRQ is fed already: the initial window is not backed per connection */
+	return 0;
+}
+
+static void srq_release(struct ss_conn *c, struct ss_blk *b)
+{
+	ss_srq_repost(c->srq, b);
+}
+
+static void srq_progress(struct ss_conn *c)
+{
+	/* Completions are the shared CQs' business: take them with our lock dropped. */
+	pthread_mutex_unlock(&c->lock);
+	ss_srq_progress(c->srq, 0);
+	pthread_mutex_lock(&c->lock);
+	if (c->st != ST_DEAD)
+		after_events(c, false);
+}
+
+static bool srq_spin(struct ss_conn *c, unsigned usec)
+{
+	uint64_t end = ss_now_us() + usec;
+	uint32_t seen = __atomic_load_n(&c->seen, __ATOMIC_ACQUIRE);
+	bool got = false;
+
+	pthread_mutex_lock(&c->lock);
+	c->spinners++;
+	pthread_mutex_unlock(&c->lock);
+	ss_srq_spin_begin(c->srq);
+	for (;;) {
+		ss_srq_progress(c->srq, 0);
+		if (__atomic_load_n(&c->seen, __ATOMIC_ACQUIRE) != seen) {
+			got = true;
+			break;
+		}
+		if (ss_now_us() >= end)
+			break;
+		sched_yield();
+	}
+	pthread_mutex_lock(&c->lock);
+	c->spinners--;
+	pthread_mutex_unlock(&c->lock);
+	ss_srq_spin_end(c->srq); /* re-arms and polls: may hand us more */
+	pthread_mutex_lock(&c->lock);
+	if (__atomic_load_n(&c->seen, __ATOMIC_ACQUIRE) != seen || c->st != ST_RUNNING)
+		got = true;
+	if (!got && !c->spinners)
+		report(c, false);
+	pthread_mutex_unlock(&c->lock);
+	return got;
+}
+
+static uint32_t srq_grant_limit(struct ss_conn *c)
+{
+	uint32_t cap = ss_srq_free_capacity(c->srq);
+	uint32_t reserve = c->srq->cfg.initial / 8 + 1; /* kept for control messages */
+
+	return cap > reserve ? cap - reserve : 0;
+}
+
+static void srq_teardown(struct ss_conn *c)
+{
+	ss_srq_detach(c->srq, c->qp);
+	ss_srq_unreserve_tx(c->srq, c->txcq, c->sq_depth);
+}
+
+static const struct backend srq_backend = {
+	.setup = srq_setup,
+	.post_initial = srq_post_initial,
+	.release = srq_release,
+	.progress = srq_progress,
+	.spin = srq_spin,
+	.grant_limit = srq_grant_limit,
+	.push = flush, /* completions come from the shared CQs */
+	.teardown = srq_teardown,
+};
+
+/* ---- entry points of the progress thread ---- */
+
+void ss_conn_on_wcs(struct ss_conn *c, const struct ibv_wc *wc, int n)
+{
+	bool edge = false;
+
+	pthread_mutex_lock(&c->lock);
+	for (int i = 0; i < n; i++)
+		edge |= on_completion(c, &wc[i]);
+	__atomic_add_fetch(&c->seen, 1, __ATOMIC_RELEASE);
+	if (c->st != ST_DEAD)
+		after_events(c, edge);
+	pthread_mutex_unlock(&c->lock);
+}
+
+bool ss_conn_spin(struct ss_conn *c, unsigned usec)
+{
+	return c->be->spin(c, usec);
 }
 
 void ss_conn_on_cq_event(struct ss_conn *c, struct ibv_cq *cq)
@@ -438,17 +785,30 @@ void ss_conn_on_cq_event(struct ss_conn *c, struct ibv_cq *cq)
 		ibv_ack_cq_events(c->scq, c->unacked_sevents);
 		c->unacked_sevents = 0;
 	}
-	progress(c);
+	c->be->progress(c);
 	pthread_mutex_unlock(&c->lock);
+}
+
+struct ss_conn *ss_conn_from_cq_tag(int *tag)
+{
+	return (struct ss_conn *)((char *)tag - offsetof(struct ss_conn, cq_tag));
 }
 
 void ss_conn_on_timer(struct ss_conn *c, uint64_t now_ms)
 {
 	pthread_mutex_lock(&c->lock);
 	c->timed = false;
+	if (c->retry_at && now_ms >= c->retry_at) {
+		c->retry_at = 0;
+		if (c->tx_starved && ss_pool_can_get(c->txp))
+			c->tx_starved = false;
+		if (c->tx_starved)
+			arm_retry(c);
+	}
 	if (c->st == ST_RUNNING) {
-		progress(c);
-		if (!c->cr.eos_received && now_ms >= c->gone_deadline) {
+		c->be->progress(c);
+		if (c->st == ST_RUNNING && c->gone_deadline && !c->cr.eos_received &&
+		    now_ms >= c->gone_deadline) {
 			ss_log_info("QP %u: gone peer: credits %u, owed %u, held %u, peer asked %d",
 				    c->qp->qp_num, c->cr.tx_credits, c->cr.to_return,
 				    c->cr.rx_outstanding, c->cr.peer_hard_req);
@@ -456,6 +816,11 @@ void ss_conn_on_timer(struct ss_conn *c, uint64_t now_ms)
 			report(c, false);
 		}
 	}
+	/* Still waiting for something: back on the list. */
+	if (c->st != ST_DEAD && c->retry_at)
+		arm_timer(c, c->retry_at);
+	if (c->st == ST_RUNNING && c->gone_deadline > now_ms && !c->cr.eos_received)
+		arm_timer(c, c->gone_deadline);
 	pthread_mutex_unlock(&c->lock);
 }
 
@@ -473,24 +838,31 @@ void ss_conn_on_liveness(struct ss_conn *c)
 
 	if (ev == SS_TCP_COMMIT && c->st == ST_CONNECTED) {
 		c->st = ST_RUNNING;
-		progress(c);
+		c->be->progress(c);
 	} else if (ev == SS_TCP_GONE) {
 		c->tcp_gone = true;
 		epoll_ctl(c->w->epfd, EPOLL_CTL_DEL, c->liveness_fd, NULL);
 		if (c->st == ST_CREATED || c->st == ST_CONNECTED)
 			fail(c, "peer gone during the handshake");
-		progress(c);
+		c->be->progress(c);
 	}
 	pthread_mutex_unlock(&c->lock);
 }
+
+void ss_conn_on_last_wqe(struct ss_conn *c)
+{
+	pthread_mutex_lock(&c->lock);
+	c->last_wqe = true;
+	pthread_mutex_unlock(&c->lock);
+}
+
+/* ---- the interface ---- */
 
 int ss_conn_create(struct ss_worker *w, const struct ss_transport_cfg *cfg,
 		   const struct sockaddr *local, const struct ss_conn_hooks *hooks, void *hooks_arg,
 		   struct ss_conn **conn_p, struct ss_params *mine, enum ss_reason *reason_p)
 {
-	struct ss_qp_caps caps;
 	struct ss_conn *c;
-	size_t rx_len, tx_len;
 	int ret;
 
 	*reason_p = SS_REASON_RESOURCE;
@@ -509,80 +881,58 @@ int ss_conn_create(struct ss_worker *w, const struct ss_transport_cfg *cfg,
 	c->hooks_arg = hooks_arg;
 	c->liveness_fd = -1;
 	c->ep_tag = SS_TAG_LIVENESS;
+	c->cq_tag = SS_TAG_CONN;
 	ret = ss_worker_devctx(w, &cfg->dev, local, &c->dc, reason_p);
 	if (ret)
 		goto err_free;
 	*reason_p = SS_REASON_RESOURCE;
-
+	ret = ss_worker_devctx_pools(w, c->dc, cfg);
+	if (ret)
+		goto err_free;
+	c->be = cfg->recv_mode == SS_RECV_SRQ ? &srq_backend : &rq_backend;
+	c->txp = &c->dc->txp;
 	c->sq_depth = cfg->sq_depth;
 	c->rx_window = cfg->rx_window;
 	c->ctrl_reserve = cfg->ctrl_reserve;
 	c->buf_size = cfg->buf_size;
-	c->n_rx = cfg->rx_window + cfg->ctrl_reserve;
+	c->n_rxq = cfg->rx_window;
 	c->n_tx = cfg->sq_depth - cfg->ctrl_reserve;
-	c->tx_slot_size = cfg->buf_size; /* lowered to the peer's buffer size on connect */
+	/* One send pool per device: its blocks set the largest SEND (lowered to the peer's buffers on connect). */
+	c->tx_slot_size = cfg->buf_size < c->txp->blk_size ? cfg->buf_size : c->txp->blk_size;
 	c->max_inline = cfg->max_inline;
-	rx_len = (size_t)c->n_rx * c->buf_size;
-	tx_len = (size_t)c->n_tx * c->buf_size;
-	c->mem_len = rx_len + tx_len;
-	c->mem = aligned_alloc(4096, (c->mem_len + 4095) & ~(size_t)4095);
-	c->rxq = calloc(c->n_rx, sizeof(*c->rxq));
+	c->rxq = calloc(c->n_rxq, sizeof(*c->rxq));
 	c->tx_len = calloc(c->n_tx, sizeof(*c->tx_len));
-	if (!c->mem || !c->rxq || !c->tx_len) {
+	c->tx_blk = calloc(c->n_tx, sizeof(*c->tx_blk));
+	if (!c->rxq || !c->tx_len || !c->tx_blk) {
 		ret = -ENOMEM;
 		goto err_free;
 	}
-	c->tx_mem = c->mem + rx_len;
-	/* Local write only: the peer reaches our memory through SENDs alone. */
-	c->mr = ibv_reg_mr(c->dc->pd, c->mem, c->mem_len, IBV_ACCESS_LOCAL_WRITE);
-	if (!c->mr) {
-		ret = -errno;
-		ss_log_error("ibv_reg_mr(%zu bytes): %s", c->mem_len, strerror(errno));
+	memset(mine, 0, sizeof(*mine));
+	ret = c->be->setup(c, cfg, mine);
+	if (ret)
+		goto err_free;
+	ret = ss_random_psn(&c->psn);
+	if (ret) {
+		c->be->teardown(c);
 		goto err_free;
 	}
-	/* Each CQ holds every request of its queue: it can never overflow. */
-	c->cq = ibv_create_cq(c->dc->dev->ctx, (int)c->n_rx, c, c->dc->ch, 0);
-	c->scq = ibv_create_cq(c->dc->dev->ctx, (int)cfg->sq_depth, c, c->dc->ch, 0);
-	if (!c->cq || !c->scq) {
-		ret = -errno;
-		ss_log_error("ibv_create_cq: %s", strerror(errno));
-		goto err_destroy_cq;
-	}
-	caps = (struct ss_qp_caps){cfg->sq_depth, c->n_rx, cfg->max_inline};
-	ret = ss_qp_create_rc(c->dc->pd, c->scq, c->cq, NULL, &caps, &c->qp);
-	if (ret)
-		goto err_destroy_cq;
-	ret = ss_random_psn(&c->psn);
-	if (ret)
-		goto err_destroy_qp;
-
-	memset(mine, 0, sizeof(*mine));
 	mine->caps = SS_CAP_DATA_V1;
-	mine->recv_mode = SS_RECV_RQ;
 	mine->mtu = (uint8_t)c->dc->dev->active_mtu;
 	mine->sq_depth = (uint16_t)cfg->sq_depth;
 	mine->qpn = c->qp->qp_num;
 	mine->psn = c->psn;
 	memcpy(mine->gid, c->dc->dev->gid, 16);
-	mine->buf_size = c->buf_size;
-	mine->window = cfg->rx_window;
+	if (!mine->buf_size)
+		mine->buf_size = c->buf_size;
 	c->st = ST_CREATED;
 	*conn_p = c;
 	*reason_p = SS_REASON_NONE;
 	return 0;
 
-err_destroy_qp:
-	ibv_destroy_qp(c->qp);
-err_destroy_cq:
-	if (c->scq)
-		ibv_destroy_cq(c->scq);
-	if (c->cq)
-		ibv_destroy_cq(c->cq);
-	ibv_dereg_mr(c->mr);
 err_free:
-	free(c->mem);
 	free(c->rxq);
 	free(c->tx_len);
+	free(c->tx_blk);
 	free(c);
 	return ret;
 }
@@ -631,11 +981,7 @@ int ss_conn_connect(struct ss_conn *c, const struct ss_params *peer,
 	ret = ss_qp_connect(c->qp, c->dc->dev, &qp_peer, c->psn);
 	if (ret)
 		goto out;
-	for (uint32_t s = 0; s < c->n_rx && ret == 0; s++)
-		ret = post_recv(c, s);
-	if (ret)
-		goto out;
-	ret = ibv_req_notify_cq(c->cq, 0) ? -EIO : 0;
+	ret = c->be->post_initial(c);
 	if (ret == 0)
 		c->st = ST_CONNECTED;
 out:
@@ -648,7 +994,7 @@ void ss_conn_start(struct ss_conn *c)
 	pthread_mutex_lock(&c->lock);
 	if (c->st == ST_CONNECTED)
 		c->st = ST_RUNNING;
-	progress(c); /* data may have arrived before we knew the peer was ready */
+	c->be->progress(c); /* data may have arrived before we knew the peer was ready */
 	pthread_mutex_unlock(&c->lock);
 }
 
@@ -657,6 +1003,11 @@ static int state_error(const struct ss_conn *c)
 	if (c->st == ST_CONNECTED)
 		return -EAGAIN; /* the peer has not said it is ready yet */
 	return c->st == ST_FAILED ? -ECONNRESET : -ENOTCONN;
+}
+
+static void push(struct ss_conn *c)
+{
+	c->be->push(c);
 }
 
 ssize_t ss_conn_send(struct ss_conn *c, const struct iovec *iov, int iovcnt, bool more)
@@ -682,8 +1033,17 @@ ssize_t ss_conn_send(struct ss_conn *c, const struct iovec *iov, int iovcnt, boo
 
 			if (tx_pending(c) && c->tx_len[(c->tx_open - 1) % c->n_tx] < c->tx_slot_size) {
 				seq = c->tx_open - 1; /* coalesce into the unposted last slot */
-			} else if (tx_free_slots(c)) {
+			} else if (tx_free_slots(c) && !c->tx_starved) {
+				struct ss_blk *b = ss_pool_get(c->txp, 1);
+
+				if (!b) {
+					/* The device's send pool is at its bound: retry shortly. */
+					c->tx_starved = true;
+					arm_retry(c);
+					goto full;
+				}
 				seq = c->tx_open++;
+				c->tx_blk[seq % c->n_tx] = b;
 				c->tx_len[seq % c->n_tx] = 0;
 			} else {
 				goto full;
@@ -699,7 +1059,7 @@ ssize_t ss_conn_send(struct ss_conn *c, const struct iovec *iov, int iovcnt, boo
 	}
 full:
 	c->tx_hold = more && taken;
-	reap_sends(c);
+	push(c);
 	ret = taken ? (ssize_t)taken : -EAGAIN;
 	report(c, false);
 out:
@@ -724,11 +1084,11 @@ ssize_t ss_conn_recv(struct ss_conn *c, const struct iovec *iov, int iovcnt, boo
 		size_t left = iov[i].iov_len;
 
 		while (left && idx < c->rxq_count) {
-			struct rx_ent *e = &c->rxq[(c->rxq_head + idx) % c->n_rx];
+			struct rx_ent *e = &c->rxq[(c->rxq_head + idx) % c->n_rxq];
 			uint32_t off = e->off;
 			size_t n = e->len - off < left ? e->len - off : left;
 
-			memcpy(dst, rx_buf(c, e->slot) + off, n);
+			memcpy(dst, rx_data(e) + off, n);
 			dst += n;
 			left -= n;
 			copied += n;
@@ -742,20 +1102,15 @@ ssize_t ss_conn_recv(struct ss_conn *c, const struct iovec *iov, int iovcnt, boo
 		}
 	}
 	if (!peek) {
-		/* Fully read buffers go back to the receive queue and their credits back to the peer. */
+		/* Fully read messages give their buffers back, and their credits to the peer. */
 		while (c->rxq_count && c->rxq[c->rxq_head].off == c->rxq[c->rxq_head].len) {
-			uint32_t slot = c->rxq[c->rxq_head].slot;
-
-			c->rxq_head = (c->rxq_head + 1) % c->n_rx;
-			c->rxq_count--;
+			rx_pop(c);
 			consumed++;
-			if (c->st == ST_RUNNING && post_recv(c, slot) < 0)
-				fail(c, "repost failed");
 		}
 		c->rx_avail -= copied;
 		if (consumed && c->st == ST_RUNNING) {
 			ss_credit_on_consumed(&c->cr, consumed);
-			reap_sends(c);
+			push(c);
 		}
 	}
 	if (copied)
@@ -790,7 +1145,7 @@ int ss_conn_shutdown_wr(struct ss_conn *c)
 	if (c->st == ST_RUNNING || c->st == ST_CONNECTED) {
 		c->eos_wanted = true;
 		c->tx_hold = false;
-		reap_sends(c);
+		push(c);
 		report(c, false);
 	} else if (c->st != ST_FAILED) {
 		ret = -ENOTCONN;
@@ -826,7 +1181,7 @@ int ss_conn_drain(struct ss_conn *c, int timeout_ms)
 	pthread_mutex_lock(&c->lock);
 	c->tx_hold = false;
 	c->draining = true;
-	reap_sends(c);
+	push(c);
 	/* A peer whose TCP end is gone has closed its QP too: nobody is left to deliver to. */
 	while (c->st == ST_RUNNING && !c->tcp_gone &&
 	       (tx_pending(c) || c->tx_done != c->tx_posted || (c->eos_wanted && !c->eos_done))) {
@@ -844,7 +1199,7 @@ int ss_conn_drain(struct ss_conn *c, int timeout_ms)
 		}
 		/* Waits in slices and polls at each: closing never depends on an event. */
 		if (pthread_cond_timedwait(&c->drained, &c->lock, &ts) == ETIMEDOUT)
-			progress(c);
+			c->be->progress(c);
 	}
 	if (c->st == ST_FAILED)
 		ret = -ECONNRESET;
@@ -878,29 +1233,37 @@ void ss_conn_destroy(struct ss_conn *c)
 	c->hooks.tcp_event = NULL;
 	if (c->st != ST_FAILED && c->st != ST_CREATED)
 		ss_qp_to_error(c->qp);
+	/* On an SRQ the spec's order: error state, last-WQE event (bounded wait), drain, destroy. */
+	c->free_at = c->srq && c->st != ST_CREATED ? ss_now_ms() + SS_LAST_WQE_MS : 0;
 	c->st = ST_DEAD;
 	pthread_mutex_unlock(&c->lock);
 	/* The progress thread frees it: it is the only one that takes CQ events. */
 	ss_worker_bury(c->w, c);
 }
 
+uint64_t ss_conn_free_at(struct ss_conn *c)
+{
+	uint64_t t;
+
+	pthread_mutex_lock(&c->lock);
+	t = c->last_wqe ? 0 : c->free_at;
+	pthread_mutex_unlock(&c->lock);
+	return t;
+}
+
 void ss_conn_free(struct ss_conn *c)
 {
-	struct ibv_wc wc[16];
-
-	while (ibv_poll_cq(c->cq, 16, wc) > 0 || ibv_poll_cq(c->scq, 16, wc) > 0)
-		;
-	if (c->unacked_events)
-		ibv_ack_cq_events(c->cq, c->unacked_events);
-	if (c->unacked_sevents)
-		ibv_ack_cq_events(c->scq, c->unacked_sevents);
-	ibv_destroy_qp(c->qp);
-	ibv_destroy_cq(c->cq);
-	ibv_destroy_cq(c->scq);
-	ibv_dereg_mr(c->mr);
-	free(c->mem);
+	c->be->teardown(c);
+	/* Whatever is still held goes back: queued data, and send blocks never completed. */
+	while (c->rxq_count)
+		rx_pop(c);
+	for (uint32_t s = c->tx_done; s != c->tx_open; s++)
+		if (c->tx_blk[s % c->n_tx])
+			ss_pool_put(c->txp, c->tx_blk[s % c->n_tx]);
+	ss_pool_fini(&c->rxp); /* private RQ only; zeroed otherwise */
 	free(c->rxq);
 	free(c->tx_len);
+	free(c->tx_blk);
 	pthread_cond_destroy(&c->drained);
 	pthread_mutex_destroy(&c->lock);
 	free(c);

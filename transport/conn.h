@@ -26,10 +26,15 @@ struct ss_transport_cfg {
 	struct ss_dev_override dev;
 	uint8_t recv_mode;     /* enum ss_recv_mode */
 	uint32_t sq_depth;     /* send work requests per QP, control reserve included */
-	uint32_t rx_window;    /* data receives posted per connection (private RQ) */
+	uint32_t rx_window;    /* the peer's send window: receives posted (private RQ), or
+				  messages it may send unasked (SRQ) */
 	uint32_t buf_size;     /* bytes per receive buffer and per SEND */
 	uint32_t max_inline;   /* SENDs up to this size go inline */
 	uint32_t ctrl_reserve; /* control messages in flight; receives and SQ slots kept for them */
+	uint32_t srq_initial;  /* SRQ: receive blocks at first, and the growth step */
+	uint32_t srq_max;      /* SRQ: bound of the receive pool, in blocks */
+	uint32_t srq_hold;     /* SRQ: blocks a connection keeps unread before copying out */
+	uint32_t tx_pool_max;  /* bound of the device's send pool, in blocks */
 };
 
 /* Readiness of a connection, as a TCP socket would show it. */
@@ -66,6 +71,7 @@ struct ss_conn_stats {
 	uint64_t tx_bytes, rx_bytes, tx_msgs, rx_msgs;
 	uint64_t grants_sent, grants_received, requests_sent, requests_received;
 	uint32_t tx_credits, to_return, sq_free;
+	uint64_t copied_out; /* received messages copied out of the SRQ pool (slow reader) */
 };
 
 /* The process's worker, created (device-less) on first need. Returns 0 or -errno. */

@@ -13,6 +13,7 @@ int ss_credit_init(struct ss_credit *c, const struct ss_credit_cfg *cfg)
 	c->cfg = *cfg;
 	c->sq_free = cfg->sq_depth;
 	c->tx_credits = cfg->tx_window;
+	c->grant_limit = UINT32_MAX;
 	return 0;
 }
 
@@ -26,13 +27,21 @@ bool ss_credit_can_send_ctrl(const struct ss_credit *c)
 	return c->sq_free > 0 && c->ctrl_inflight < c->cfg.ctrl_reserve;
 }
 
+static uint32_t grantable(const struct ss_credit *c)
+{
+	return c->to_return < c->grant_limit ? c->to_return : c->grant_limit;
+}
+
 bool ss_credit_ctrl_due(const struct ss_credit *c, bool want_to_send)
 {
-	if (c->to_return >= c->cfg.grant_threshold)
+	uint32_t g = grantable(c);
+
+	/* A capped grant goes out once it is all that can be had (the threshold may never be reached). */
+	if (g >= c->cfg.grant_threshold || (g > 0 && g == c->grant_limit))
 		return true;
-	if (c->peer_hard_req && c->to_return > 0)
+	if (c->peer_hard_req && g > 0)
 		return true;
-	if (c->peer_soft_req && c->to_return * 2 >= c->cfg.grant_threshold && c->to_return > 0)
+	if (c->peer_soft_req && g * 2 >= c->cfg.grant_threshold && g > 0)
 		return true;
 	/* Our data is stuck for lack of credits: ask once, loudly. */
 	return want_to_send && !c->eos_sent && c->tx_credits == 0 && !c->hard_req_out;
@@ -50,10 +59,12 @@ uint32_t ss_credit_on_post(struct ss_credit *c, enum ss_msg_kind kind, bool want
 	if (kind == SS_KIND_EOS)
 		c->eos_sent = true;
 
-	if (c->to_return > 0) {
-		imm |= c->to_return;
-		c->rx_outstanding -= c->to_return;
-		c->to_return = 0;
+	uint32_t g = grantable(c);
+	if (g > 0) {
+		imm |= g;
+		c->rx_outstanding -= g;
+		c->to_return -= g;
+		c->grant_limit -= c->grant_limit == UINT32_MAX ? 0 : g;
 		c->peer_hard_req = false;
 		c->peer_soft_req = false;
 		c->grants_sent++;
@@ -109,6 +120,16 @@ int ss_credit_on_recv(struct ss_credit *c, uint32_t imm)
 	if (imm & SS_IMM_SOFT_REQ)
 		c->peer_soft_req = true;
 	return (int)kind;
+}
+
+void ss_credit_set_grant_limit(struct ss_credit *c, uint32_t limit)
+{
+	c->grant_limit = limit;
+}
+
+bool ss_credit_withheld(const struct ss_credit *c)
+{
+	return c->to_return > c->grant_limit;
 }
 
 void ss_credit_on_consumed(struct ss_credit *c, uint32_t n)

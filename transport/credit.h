@@ -56,6 +56,7 @@ struct ss_credit {
 	bool peer_hard_req;      /* the peer asked for a grant at once */
 	bool peer_soft_req;
 	bool eos_received;
+	uint32_t grant_limit;    /* credits a grant may return now (SRQ mode: free receive capacity) */
 	/* statistics */
 	uint64_t grants_sent, grants_received, requests_sent, requests_received;
 };
@@ -94,6 +95,15 @@ void ss_credit_on_send_done(struct ss_credit *c, enum ss_msg_kind kind);
  * our window): the connection must fail.
  */
 int ss_credit_on_recv(struct ss_credit *c, uint32_t imm);
+
+/*
+ * Credits returned from now on are capped at limit (SRQ mode: grants only
+ * against free receive capacity; the rest stays owed). Starts unlimited.
+ */
+void ss_credit_set_grant_limit(struct ss_credit *c, uint32_t limit);
+
+/* True when credits are owed but the grant limit holds them back. */
+bool ss_credit_withheld(const struct ss_credit *c);
 
 /* n data receives were consumed by the application and reposted. */
 void ss_credit_on_consumed(struct ss_credit *c, uint32_t n);

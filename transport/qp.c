@@ -23,9 +23,11 @@ enum {
 };
 
 int ss_qp_create_rc(struct ibv_pd *pd, struct ibv_cq *send_cq, struct ibv_cq *recv_cq,
-		    struct ibv_srq *srq, const struct ss_qp_caps *caps, struct ibv_qp **qp_p)
+		    struct ibv_srq *srq, const struct ss_qp_caps *caps, void *context,
+		    struct ibv_qp **qp_p)
 {
 	struct ibv_qp_init_attr attr = {
+		.qp_context = context,
 		.send_cq = send_cq,
 		.recv_cq = recv_cq,
 		.srq = srq,

@@ -19,11 +19,12 @@
 
 #include "handshake/gid.h"
 #include "transport/log.h"
+#include "transport/srq.h"
 
 static pthread_mutex_t worker_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct ss_worker *the_worker;
 
-static void wake(struct ss_worker *w)
+void ss_worker_wake(struct ss_worker *w)
 {
 	uint64_t one = 1;
 
@@ -108,6 +109,7 @@ int ss_worker_devctx(struct ss_worker *w, const struct ss_dev_override *ovr,
 	}
 	memcpy(dc->key, key, 16);
 	dc->ep_tag = SS_TAG_CHANNEL;
+	dc->async_tag = SS_TAG_ASYNC;
 	ret = ss_device_open_for_addr(local, ovr, &dc->dev, &st);
 	if (ret) {
 		ss_log_info("no RDMA device for this connection: %s", ss_sel_status_str(st));
@@ -137,6 +139,15 @@ int ss_worker_devctx(struct ss_worker *w, const struct ss_dev_override *ovr,
 		if (epoll_ctl(w->epfd, EPOLL_CTL_ADD, dc->ch->fd, &ev) < 0)
 			ret = -errno;
 	}
+	if (ret == 0) {
+		/* SRQ limit and last-WQE events arrive here. */
+		int afd = dc->dev->ctx->async_fd;
+
+		fcntl(afd, F_SETFL, fcntl(afd, F_GETFL) | O_NONBLOCK);
+		ev.data.ptr = &dc->async_tag;
+		if (epoll_ctl(w->epfd, EPOLL_CTL_ADD, afd, &ev) < 0)
+			ret = -errno;
+	}
 	if (ret) {
 		devctx_free(dc);
 		goto out;
@@ -154,13 +165,41 @@ out:
 	return ret;
 }
 
+/* Send blocks per registration of the send pool. */
+#define SS_TX_CHUNK 64
+
+int ss_worker_devctx_pools(struct ss_worker *w, struct ss_devctx *dc,
+			   const struct ss_transport_cfg *cfg)
+{
+	int ret = 0;
+
+	pthread_mutex_lock(&w->lock);
+	if (!dc->pools_ready) {
+		ret = ss_pool_init(&dc->txp, dc->pd, cfg->buf_size, SS_TX_CHUNK, cfg->tx_pool_max, 0);
+		if (ret)
+			goto out;
+		dc->pools_ready = 1;
+	}
+	if (cfg->recv_mode == SS_RECV_SRQ && !dc->srq) {
+		struct ss_srq_cfg sc = {
+			.buf_size = cfg->buf_size,
+			.initial = cfg->srq_initial,
+			.max_blks = cfg->srq_max,
+		};
+		ret = ss_srq_create(dc, &sc, &dc->srq);
+	}
+out:
+	pthread_mutex_unlock(&w->lock);
+	return ret;
+}
+
 void ss_worker_bury(struct ss_worker *w, struct ss_conn *c)
 {
 	pthread_mutex_lock(&w->lock);
 	*ss_conn_next_p(c) = w->graveyard;
 	w->graveyard = c;
 	pthread_mutex_unlock(&w->lock);
-	wake(w);
+	ss_worker_wake(w);
 }
 
 void ss_worker_arm_timer(struct ss_worker *w, struct ss_conn *c)
@@ -169,7 +208,7 @@ void ss_worker_arm_timer(struct ss_worker *w, struct ss_conn *c)
 	*ss_conn_next_p(c) = w->timed;
 	w->timed = c;
 	pthread_mutex_unlock(&w->lock);
-	wake(w);
+	ss_worker_wake(w);
 }
 
 static void drain_channel(struct ss_devctx *dc)
@@ -178,8 +217,36 @@ static void drain_channel(struct ss_devctx *dc)
 	void *ctx;
 
 	/* Non-blocking channel: returns -1 once no event is left. */
-	while (ibv_get_cq_event(dc->ch, &cq, &ctx) == 0)
-		ss_conn_on_cq_event(ctx, cq);
+	while (ibv_get_cq_event(dc->ch, &cq, &ctx) == 0) {
+		int *tag = ctx;
+
+		if (*tag == SS_TAG_SRQ)
+			ss_srq_on_cq_event(ss_srq_from_tag(tag), cq);
+		else
+			ss_conn_on_cq_event(ss_conn_from_cq_tag(tag), cq);
+	}
+}
+
+static void drain_async(struct ss_devctx *dc)
+{
+	struct ibv_async_event ev;
+
+	while (ibv_get_async_event(dc->dev->ctx, &ev) == 0) {
+		switch (ev.event_type) {
+		case IBV_EVENT_SRQ_LIMIT_REACHED:
+			if (dc->srq)
+				ss_srq_on_limit(dc->srq);
+			break;
+		case IBV_EVENT_QP_LAST_WQE_REACHED:
+			if (ev.element.qp->qp_context)
+				ss_conn_on_last_wqe(ev.element.qp->qp_context);
+			break;
+		default:
+			ss_log_info("%s: async event %s", dc->dev->name, ibv_event_type_str(ev.event_type));
+			break;
+		}
+		ibv_ack_async_event(&ev);
+	}
 }
 
 /* Runs due timers; returns the epoll timeout until the next one (-1: none). */
@@ -208,9 +275,11 @@ static int run_timers(struct ss_worker *w)
 	return next == UINT64_MAX ? -1 : (int)(next - now);
 }
 
-static void free_graveyard(struct ss_worker *w)
+/* Frees buried connections whose time has come; returns the epoll timeout until the next. */
+static int free_graveyard(struct ss_worker *w)
 {
-	struct ss_conn *c, *next;
+	struct ss_conn *c, *next, *keep = NULL;
+	uint64_t now = ss_now_ms(), first = UINT64_MAX;
 
 	pthread_mutex_lock(&w->lock);
 	c = w->graveyard;
@@ -224,9 +293,27 @@ static void free_graveyard(struct ss_worker *w)
 			}
 	pthread_mutex_unlock(&w->lock);
 	for (; c; c = next) {
+		uint64_t at = ss_conn_free_at(c);
+
 		next = *ss_conn_next_p(c);
+		if (at > now) {
+			*ss_conn_next_p(c) = keep;
+			keep = c;
+			first = at < first ? at : first;
+			continue;
+		}
 		ss_conn_free(c);
 	}
+	if (keep) {
+		pthread_mutex_lock(&w->lock);
+		for (c = keep; c; c = next) {
+			next = *ss_conn_next_p(c);
+			*ss_conn_next_p(c) = w->graveyard;
+			w->graveyard = c;
+		}
+		pthread_mutex_unlock(&w->lock);
+	}
+	return first == UINT64_MAX ? -1 : (int)(first - now);
 }
 
 static void *progress_main(void *arg)
@@ -253,13 +340,20 @@ static void *progress_main(void *arg)
 				drain_channel((struct ss_devctx *)((char *)tag -
 								   offsetof(struct ss_devctx, ep_tag)));
 				break;
+			case SS_TAG_ASYNC:
+				drain_async((struct ss_devctx *)((char *)tag -
+								 offsetof(struct ss_devctx, async_tag)));
+				break;
 			case SS_TAG_LIVENESS:
 				ss_conn_on_liveness(ss_conn_from_tag(tag));
 				break;
 			}
 		}
-		free_graveyard(w);
+		int t_free = free_graveyard(w);
+
 		timeout = run_timers(w);
+		if (t_free >= 0 && (timeout < 0 || t_free < timeout))
+			timeout = t_free;
 	}
 	return NULL;
 }

@@ -6,13 +6,19 @@
 #include <stdint.h>
 
 #include "transport/conn.h"
+#include "transport/pool.h"
 
 struct ibv_pd;
 struct ibv_comp_channel;
 struct ibv_cq;
+struct ibv_wc;
 
 /* What an epoll event's data.ptr points at: the tag field of one of these. */
-enum { SS_TAG_WAKE = 1, SS_TAG_CHANNEL, SS_TAG_LIVENESS };
+enum { SS_TAG_WAKE = 1, SS_TAG_CHANNEL, SS_TAG_ASYNC, SS_TAG_LIVENESS };
+/* What a CQ's context points at: the cq_tag of a connection (own CQs) or of an SRQ. */
+enum { SS_TAG_CONN = 1, SS_TAG_SRQ };
+
+struct ss_srq;
 
 /* A device opened for one local address, with its PD and completion channel. */
 struct ss_devctx {
@@ -23,7 +29,11 @@ struct ss_devctx {
 	struct ibv_comp_channel *ch;
 	uint8_t (*gids)[16]; /* every GID of the port, for the loopback check */
 	size_t n_gids;
-	int ep_tag; /* SS_TAG_CHANNEL */
+	int ep_tag;    /* SS_TAG_CHANNEL */
+	int async_tag; /* SS_TAG_ASYNC: the device's async events */
+	int pools_ready;
+	struct ss_pool txp;  /* send blocks of every connection on the device */
+	struct ss_srq *srq;  /* SRQ mode's shared receive side, made on first need */
 };
 
 /* An address recently found without a device (so not rescanned for a while). */
@@ -51,6 +61,16 @@ struct ss_worker {
 int ss_worker_devctx(struct ss_worker *w, const struct ss_dev_override *ovr,
 		     const struct sockaddr *local, struct ss_devctx **dc_p, enum ss_reason *reason_p);
 
+/*
+ * Makes the device's send pool and, for SRQ mode, its SRQ side, on the
+ * first connection that needs them. Returns 0 or -errno.
+ */
+int ss_worker_devctx_pools(struct ss_worker *w, struct ss_devctx *dc,
+			   const struct ss_transport_cfg *cfg);
+
+/* Wakes the progress thread (to look at its timers again). */
+void ss_worker_wake(struct ss_worker *w);
+
 /* Hands c to the progress thread for freeing. */
 void ss_worker_bury(struct ss_worker *w, struct ss_conn *c);
 
@@ -59,6 +79,12 @@ void ss_worker_arm_timer(struct ss_worker *w, struct ss_conn *c);
 
 /* Progress entry points for the worker thread (conn.c). */
 void ss_conn_on_cq_event(struct ss_conn *c, struct ibv_cq *cq);
+struct ss_conn *ss_conn_from_cq_tag(int *tag);
+/* Completions of c's QP taken from a shared CQ, in CQ order; no lock of c held. */
+void ss_conn_on_wcs(struct ss_conn *c, const struct ibv_wc *wc, int n);
+void ss_conn_on_last_wqe(struct ss_conn *c);
+/* 0: c may be freed now; else the time to free it anyway (waiting for its last-WQE event). */
+uint64_t ss_conn_free_at(struct ss_conn *c);
 void ss_conn_on_liveness(struct ss_conn *c);
 struct ss_conn *ss_conn_from_tag(int *tag);
 void ss_conn_on_timer(struct ss_conn *c, uint64_t now_ms);

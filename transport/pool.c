@@ -1,0 +1,167 @@
+#include "transport/pool.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <infiniband/verbs.h>
+
+#include "transport/log.h"
+
+struct ss_pool_chunk {
+	struct ss_pool_chunk *next;
+	struct ibv_mr *mr;
+	uint8_t *mem;
+	struct ss_blk blks[];
+};
+
+int ss_pool_init(struct ss_pool *p, struct ibv_pd *pd, uint32_t blk_size, uint32_t chunk_blks,
+		 uint32_t max_blks, int first_chunk)
+{
+	memset(p, 0, sizeof(*p));
+	pthread_mutex_init(&p->lock, NULL);
+	p->pd = pd;
+	p->blk_size = blk_size;
+	p->chunk_blks = chunk_blks ? chunk_blks : 1;
+	p->max_blks = max_blks;
+	if (first_chunk) {
+		int ret = ss_pool_grow(p, p->chunk_blks);
+
+		if (ret < 0)
+			return ret;
+	}
+	return 0;
+}
+
+/* Called with the lock held. */
+static int grow_locked(struct ss_pool *p, uint32_t n)
+{
+	struct ss_pool_chunk *ch;
+	size_t len;
+
+	if (n > p->max_blks - p->n_blks)
+		n = p->max_blks - p->n_blks;
+	if (n == 0)
+		return 0;
+	len = ((size_t)n * p->blk_size + 4095) & ~(size_t)4095;
+	ch = calloc(1, sizeof(*ch) + n * sizeof(struct ss_blk));
+	if (!ch)
+		return -ENOMEM;
+	ch->mem = aligned_alloc(4096, len);
+	if (!ch->mem) {
+		free(ch);
+		return -ENOMEM;
+	}
+	/* Local write only: peers reach this memory through SENDs alone. */
+	ch->mr = ibv_reg_mr(p->pd, ch->mem, len, IBV_ACCESS_LOCAL_WRITE);
+	if (!ch->mr) {
+		int err = errno ? errno : ENOMEM;
+
+		ss_log_error("ibv_reg_mr(%zu bytes): %s", len, strerror(err));
+		free(ch->mem);
+		free(ch);
+		return -err;
+	}
+	for (uint32_t i = 0; i < n; i++) {
+		ch->blks[i].addr = ch->mem + (size_t)i * p->blk_size;
+		ch->blks[i].lkey = ch->mr->lkey;
+		ch->blks[i].next = p->free;
+		p->free = &ch->blks[i];
+	}
+	ch->next = p->chunks;
+	p->chunks = ch;
+	p->n_blks += n;
+	p->n_free += n;
+	p->reg_bytes += len;
+	return (int)n;
+}
+
+int ss_pool_grow(struct ss_pool *p, uint32_t n)
+{
+	int ret;
+
+	pthread_mutex_lock(&p->lock);
+	ret = grow_locked(p, n);
+	pthread_mutex_unlock(&p->lock);
+	return ret;
+}
+
+static void note_use(struct ss_pool *p)
+{
+	if (p->n_blks - p->n_free > p->peak_used)
+		p->peak_used = p->n_blks - p->n_free;
+}
+
+struct ss_blk *ss_pool_get(struct ss_pool *p, int grow)
+{
+	struct ss_blk *b;
+
+	pthread_mutex_lock(&p->lock);
+	if (!p->free && grow)
+		grow_locked(p, p->chunk_blks);
+	b = p->free;
+	if (b) {
+		p->free = b->next;
+		p->n_free--;
+		note_use(p);
+	}
+	pthread_mutex_unlock(&p->lock);
+	return b;
+}
+
+uint32_t ss_pool_get_many(struct ss_pool *p, struct ss_blk **head_p, uint32_t max)
+{
+	struct ss_blk *head = NULL;
+	uint32_t n = 0;
+
+	pthread_mutex_lock(&p->lock);
+	while (n < max && p->free) {
+		struct ss_blk *b = p->free;
+
+		p->free = b->next;
+		b->next = head;
+		head = b;
+		n++;
+	}
+	p->n_free -= n;
+	note_use(p);
+	pthread_mutex_unlock(&p->lock);
+	*head_p = head;
+	return n;
+}
+
+void ss_pool_put(struct ss_pool *p, struct ss_blk *b)
+{
+	pthread_mutex_lock(&p->lock);
+	b->next = p->free;
+	p->free = b;
+	p->n_free++;
+	pthread_mutex_unlock(&p->lock);
+}
+
+int ss_pool_can_get(struct ss_pool *p)
+{
+	int ok;
+
+	pthread_mutex_lock(&p->lock);
+	ok = p->free != NULL || p->n_blks < p->max_blks;
+	pthread_mutex_unlock(&p->lock);
+	return ok;
+}
+
+void ss_pool_fini(struct ss_pool *p)
+{
+	struct ss_pool_chunk *ch, *next;
+
+	for (ch = p->chunks; ch; ch = next) {
+		next = ch->next;
+		ibv_dereg_mr(ch->mr);
+		free(ch->mem);
+		free(ch);
+	}
+	p->chunks = NULL;
+	p->free = NULL;
+	p->n_blks = p->n_free = 0;
+	if (p->pd)
+		pthread_mutex_destroy(&p->lock);
+}

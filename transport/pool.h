@@ -1,0 +1,63 @@
+/*
+ * Pools of registered blocks (local write only), grown a chunk at a time
+ * up to a bound. The receive pool of an SRQ, the private receive buffers of
+ * a connection and the send blocks of a device all come from here. Thread
+ * safe: a leaf lock guards the free list, and no other lock is taken under it.
+ */
+#ifndef SS_TRANSPORT_POOL_H
+#define SS_TRANSPORT_POOL_H
+
+#include <pthread.h>
+#include <stddef.h>
+#include <stdint.h>
+
+struct ibv_pd;
+struct ibv_mr;
+
+struct ss_blk {
+	struct ss_blk *next; /* free list */
+	uint8_t *addr;
+	uint32_t lkey;
+};
+
+struct ss_pool_chunk;
+
+struct ss_pool {
+	pthread_mutex_t lock;
+	struct ibv_pd *pd;
+	uint32_t blk_size, chunk_blks, max_blks;
+	uint32_t n_blks; /* blocks made so far */
+	uint32_t n_free; /* on the free list */
+	uint32_t peak_used;
+	size_t reg_bytes; /* registered memory */
+	struct ss_blk *free;
+	struct ss_pool_chunk *chunks;
+};
+
+/*
+ * Prepares an empty pool of blocks of blk_size bytes, made chunk_blks at a
+ * time, never more than max_blks. Makes the first chunk when first_chunk is
+ * set. Returns 0 or -errno.
+ */
+int ss_pool_init(struct ss_pool *p, struct ibv_pd *pd, uint32_t blk_size, uint32_t chunk_blks,
+		 uint32_t max_blks, int first_chunk);
+
+/* Adds up to n blocks (bounded by max_blks) to the free list. Returns the count added or -errno. */
+int ss_pool_grow(struct ss_pool *p, uint32_t n);
+
+/* Takes a free block, growing by a chunk when none is free (grow set). NULL: none. */
+struct ss_blk *ss_pool_get(struct ss_pool *p, int grow);
+
+/* Takes up to max free blocks without growing, chained through next. Returns the count. */
+uint32_t ss_pool_get_many(struct ss_pool *p, struct ss_blk **head_p, uint32_t max);
+
+/* Gives a block back. */
+void ss_pool_put(struct ss_pool *p, struct ss_blk *b);
+
+/* True when a block could be had now (free, or room to grow). */
+int ss_pool_can_get(struct ss_pool *p);
+
+/* Deregisters and frees everything; every block must be back. Accepts a zeroed pool. */
+void ss_pool_fini(struct ss_pool *p);
+
+#endif
