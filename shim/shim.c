@@ -60,4 +60,14 @@ __attribute__((destructor)) static void ss_shim_fini(void)
 {
 	if (!ss_in_call)
 		ss_sock_for_each(finish_at_exit);
+	if (ss_w && ss_log_level >= SS_LOG_INFO) {
+		struct ss_worker_stats st;
+
+		ss_tp->worker_get_stats(ss_w, &st);
+		ss_log_info("at exit: registered %llu KiB; SRQ pool %u blocks (bound %u), %u posted, "
+			    "at most %u held at once, %llu limit events; RNR NAKs on the device %llu",
+			    (unsigned long long)(st.reg_bytes >> 10), st.srq_blocks, st.srq_max,
+			    st.srq_posted, st.srq_peak_held, (unsigned long long)st.srq_limit_events,
+			    (unsigned long long)st.rnr_naks);
+	}
 }

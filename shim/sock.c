@@ -14,6 +14,7 @@
 
 #include "shim/real.h"
 #include "shim/shim.h"
+#include "transport/log.h"
 
 #define PLAIN_MARK ((struct ss_sock *)1)
 #define N_STRIPES  64
@@ -81,8 +82,24 @@ void ss_sock_put(struct ss_sock *s)
 {
 	if (!s || __atomic_sub_fetch(&s->refs, 1, __ATOMIC_ACQ_REL) != 0)
 		return;
-	if (s->conn)
+	if (s->conn) {
+		if (ss_log_level >= SS_LOG_INFO) {
+			struct ss_conn_stats st;
+
+			ss_tp->conn_get_stats(s->conn, &st);
+			ss_log_info("connection done: sent %llu B in %llu messages, received %llu B "
+				    "in %llu, grants %llu/%llu and credit requests %llu/%llu "
+				    "(sent/received), copied out %llu",
+				    (unsigned long long)st.tx_bytes, (unsigned long long)st.tx_msgs,
+				    (unsigned long long)st.rx_bytes, (unsigned long long)st.rx_msgs,
+				    (unsigned long long)st.grants_sent,
+				    (unsigned long long)st.grants_received,
+				    (unsigned long long)st.requests_sent,
+				    (unsigned long long)st.requests_received,
+				    (unsigned long long)st.copied_out);
+		}
 		ss_tp->conn_destroy(s->conn);
+	}
 	if (s->tcp_fd >= 0)
 		ss_real.close(s->tcp_fd);
 	if (s->shim_fd >= 0)

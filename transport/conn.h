@@ -74,6 +74,21 @@ struct ss_conn_stats {
 	uint64_t copied_out; /* received messages copied out of the SRQ pool (slow reader) */
 };
 
+/* What a worker holds, for the status tool: summed over its devices. */
+struct ss_worker_stats {
+	uint64_t reg_bytes;        /* registered memory of the shared pools */
+	uint32_t tx_blocks;        /* send pool: blocks made */
+	uint32_t srq_blocks;       /* SRQ receive pool: blocks made, */
+	uint32_t srq_max;          /* its bound, */
+	uint32_t srq_posted;       /* blocks posted on the SRQ now, */
+	uint32_t srq_peak_held;    /* and the most held by connections at once */
+	uint64_t srq_limit_events; /* SRQ limit events (each grew the pool unless at the bound) */
+	uint64_t rnr_naks;         /* RNR NAKs our QPs received (device counter, all processes) */
+};
+
+/* Statistics snapshot of w. */
+void ss_worker_get_stats(struct ss_worker *w, struct ss_worker_stats *st);
+
 /* The process's worker, created (device-less) on first need. Returns 0 or -errno. */
 int ss_worker_get(struct ss_worker **worker_p);
 
@@ -196,11 +211,12 @@ struct ss_transport_ops {
 	bool (*conn_spin)(struct ss_conn *c, unsigned usec);
 	void (*conn_get_stats)(struct ss_conn *c, struct ss_conn_stats *st);
 	void (*conn_destroy)(struct ss_conn *c);
+	void (*worker_get_stats)(struct ss_worker *w, struct ss_worker_stats *st);
 };
 
 extern const struct ss_transport_ops ss_transport_ops;
 
-#define SS_TRANSPORT_OPS_VERSION 1
+#define SS_TRANSPORT_OPS_VERSION 2
 #define SS_TRANSPORT_OPS_SYMBOL  "ss_transport_ops"
 
 #endif

@@ -9,6 +9,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
@@ -191,6 +192,53 @@ int ss_worker_devctx_pools(struct ss_worker *w, struct ss_devctx *dc,
 out:
 	pthread_mutex_unlock(&w->lock);
 	return ret;
+}
+
+/* A device counter from sysfs (0 where the device has none). */
+static uint64_t hw_counter(const struct ss_device *dev, const char *name)
+{
+	char path[256], buf[32];
+	ssize_t n;
+	int fd;
+
+	snprintf(path, sizeof(path), "/sys/class/infiniband/%s/ports/%u/hw_counters/%s", dev->name,
+		 dev->port, name);
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return 0;
+	n = read(fd, buf, sizeof(buf) - 1);
+	close(fd);
+	if (n <= 0)
+		return 0;
+	buf[n] = '\0';
+	return strtoull(buf, NULL, 10);
+}
+
+void ss_worker_get_stats(struct ss_worker *w, struct ss_worker_stats *st)
+{
+	memset(st, 0, sizeof(*st));
+	pthread_mutex_lock(&w->lock);
+	for (struct ss_devctx *dc = w->devs; dc; dc = dc->next) {
+		if (dc->pools_ready) {
+			pthread_mutex_lock(&dc->txp.lock);
+			st->tx_blocks += dc->txp.n_blks;
+			st->reg_bytes += dc->txp.reg_bytes;
+			pthread_mutex_unlock(&dc->txp.lock);
+		}
+		if (dc->srq) {
+			struct ss_srq_stats ss;
+
+			ss_srq_get_stats(dc->srq, &ss);
+			st->srq_blocks += ss.pool_blks;
+			st->srq_max += ss.pool_max;
+			st->srq_posted += ss.posted;
+			st->srq_peak_held += ss.peak_held;
+			st->srq_limit_events += ss.limit_events;
+			st->reg_bytes += ss.reg_bytes;
+		}
+		st->rnr_naks += hw_counter(dc->dev, "rcvd_rnr_err");
+	}
+	pthread_mutex_unlock(&w->lock);
 }
 
 void ss_worker_bury(struct ss_worker *w, struct ss_conn *c)

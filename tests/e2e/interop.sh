@@ -10,7 +10,7 @@ head -c 150000 /dev/urandom | base64 -w0 > "$WORK/value"
 
 # Plain client, preloaded server.
 port=6401
-env LD_PRELOAD="$SHIM" redis-server --bind "$ADDR" --port $port --save '' --appendonly no \
+"${SERVED[@]}" redis-server --bind "$ADDR" --port $port --save '' --appendonly no \
 	--protected-mode no > "$WORK/redis1.log" 2>&1 &
 wait_listen $port
 [ "$(redis-cli -h "$ADDR" -p $port -x set big < "$WORK/value")" = OK ] || fail "plain SET"
@@ -23,7 +23,7 @@ pass "plain client against a preloaded server"
 # to a preloaded echo server: the shim reports it and leaves every byte to
 # the application, which echoes them unchanged.
 eport=6403
-env LD_PRELOAD="$SHIM" SRQSHIM_LOG_LEVEL=warn python3 -c '
+"${SERVED[@]}" SRQSHIM_LOG_LEVEL=warn python3 -c '
 import socket, sys
 l = socket.socket(); l.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
 l.bind((sys.argv[1], int(sys.argv[2]))); l.listen(1)

@@ -31,9 +31,21 @@ wait_listen() {
 	fail "nothing listens on port $1"
 }
 
-# Runs "$@" with the shim preloaded. Started in the background with "&", $!
-# is the program itself (env execs it), so the exit trap really ends it.
-shimmed() { env LD_PRELOAD="$SHIM" "$@"; }
+# The receive model of each side (srq or rq); the suite runs the tests in
+# every pairing. SERVED and SHIMMED prefix a server's and a client's command
+# line: started in the background with "&", $! is the program itself (env
+# execs it), so the exit trap really ends it.
+SERVER_MODE=${SERVER_MODE:-srq}
+CLIENT_MODE=${CLIENT_MODE:-srq}
+SERVED=(env LD_PRELOAD="$SHIM" SRQSHIM_MODE="$SERVER_MODE")
+SHIMMED=(env LD_PRELOAD="$SHIM" SRQSHIM_MODE="$CLIENT_MODE")
+shimmed() { "${SHIMMED[@]}" "$@"; }
+echo "modes: server $SERVER_MODE, client $CLIENT_MODE"
+
+# Fails unless log $1 (of a process at log level info) shows an upgrade whose peer used mode $2.
+saw_upgrade() {
+	grep -q "upgraded (peer $2)" "$1" || { cat "$1"; fail "no upgrade with a peer in $2 mode in $1"; }
+}
 
 # True while process $1 runs (a zombie child has ended).
 alive() { [ -d "/proc/$1" ] && ! grep -q '^State:.*zombie' "/proc/$1/status" 2>/dev/null; }

@@ -7,7 +7,7 @@ need_rdma
 
 PC=$BUILD/tests/peer_check
 port=9300
-env LD_PRELOAD="$SHIM" "$PC" greet-server "$ADDR" $port 300000 2 > "$WORK/gs.log" 2>&1 &
+"${SERVED[@]}" "$PC" greet-server "$ADDR" $port 300000 2 > "$WORK/gs.log" 2>&1 &
 gs=$!
 wait_listen $port
 before=$(rdma_pkts)
@@ -19,11 +19,10 @@ pass "server-first protocol, write-then-close: preloaded and plain clients got e
 
 for victim in server client; do
 	port=$((port + 1))
-	# Started with env so that $! is the program itself, not a subshell.
-	env LD_PRELOAD="$SHIM" "$PC" hold-server "$ADDR" $port > "$WORK/hs.log" 2>&1 &
+	"${SERVED[@]}" "$PC" hold-server "$ADDR" $port > "$WORK/hs.log" 2>&1 &
 	hs=$!
 	wait_listen $port
-	env LD_PRELOAD="$SHIM" "$PC" hold-client "$ADDR" $port > "$WORK/hc.log" 2>&1 &
+	"${SHIMMED[@]}" "$PC" hold-client "$ADDR" $port > "$WORK/hc.log" 2>&1 &
 	hc=$!
 	sleep 2
 	if [ $victim = server ]; then kill -9 $hs; survivor=$hc; log=$WORK/hc.log; else kill -9 $hc; survivor=$hs; log=$WORK/hs.log; fi

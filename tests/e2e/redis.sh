@@ -6,7 +6,7 @@
 need_rdma
 
 port=6400
-env LD_PRELOAD="$SHIM" redis-server --bind "$ADDR" --port $port --save '' --appendonly no \
+"${SERVED[@]}" SRQSHIM_LOG_LEVEL=info redis-server --bind "$ADDR" --port $port --save '' --appendonly no \
 	--protected-mode no > "$WORK/redis.log" 2>&1 &
 wait_listen $port
 cli() { shimmed redis-cli -h "$ADDR" -p $port "$@"; }
@@ -21,7 +21,7 @@ cmp "$WORK/value" "$WORK/back" || fail "the 200 KB value came back different"
 pass "200 KB value identical after SET and GET"
 
 # The benchmark, with a TCP byte count of its connections taken while it runs.
-env LD_PRELOAD="$SHIM" redis-benchmark -h "$ADDR" -p $port -c 10 -n 20000 -t set,get -d 64 -r 1000 \
+"${SHIMMED[@]}" redis-benchmark -h "$ADDR" -p $port -c 10 -n 20000 -t set,get -d 64 -r 1000 \
 	--csv > "$WORK/bench.csv" 2> "$WORK/bench.err" &
 bpid=$!
 sleep 3
@@ -40,4 +40,5 @@ cli set key:check abcdef > /dev/null
 pkts=$(( $(rdma_pkts) - before ))
 [ $pkts -gt 40000 ] || fail "only $pkts RDMA packets for 40,000 requests"
 grep -i "srqshim.*error" "$WORK/redis.log" && fail "the server logged shim errors"
+saw_upgrade "$WORK/redis.log" "$CLIENT_MODE"
 pass "redis-benchmark SET/GET, 10 clients, over RDMA: $pkts packets, TCP carried only the handshake ($conns connections checked)"

@@ -4,11 +4,11 @@
 need_rdma
 
 port=11200
-env LD_PRELOAD="$SHIM" sockperf server --tcp -i "$ADDR" -p $port > "$WORK/server.log" 2>&1 &
+"${SERVED[@]}" sockperf server --tcp -i "$ADDR" -p $port > "$WORK/server.log" 2>&1 &
 wait_listen $port
 for mode in ping-pong throughput; do
 	before=$(rdma_pkts)
-	env LD_PRELOAD="$SHIM" sockperf $mode --tcp -i "$ADDR" -p $port -m 64 -t 3 > "$WORK/$mode.log" 2>&1 &
+	"${SHIMMED[@]}" sockperf $mode --tcp -i "$ADDR" -p $port -m 64 -t 3 > "$WORK/$mode.log" 2>&1 &
 	cpid=$!
 	sleep 2
 	ss -Htin "( dport = :$port )" > "$WORK/ss.txt"

@@ -6,9 +6,9 @@
 . "$(dirname "$0")/lib.sh"
 need_rdma
 
-# A receive window of 4 buffers: credits run dry constantly. The 256 MiB run
+# A receive window of 4 buffers (private RQ) or a send window of 4 (SRQ): credits run dry constantly. The 256 MiB run
 # uses 8 KiB buffers to keep the suite short; the others 1 KiB buffers.
-export SRQSHIM_RQ_DEPTH=4 SRQSHIM_SQ_DEPTH=8
+export SRQSHIM_RQ_DEPTH=4 SRQSHIM_SRQ_WINDOW=4 SRQSHIM_SQ_DEPTH=8
 port=9200
 for style in block epoll-lt epoll-et poll select nbconnect; do
 	bytes=$((32 << 20)) SRQSHIM_BUF_SIZE=1024
@@ -17,7 +17,7 @@ for style in block epoll-lt epoll-et poll select nbconnect; do
 	[ -n "${SRQSHIM_TEST_BYTES:-}" ] && bytes=$SRQSHIM_TEST_BYTES
 	port=$((port + 1))
 	before=$(rdma_pkts)
-	env LD_PRELOAD="$SHIM" "$BUILD/tests/stream_check" server "$ADDR" $port "$style" $bytes > "$WORK/server.log" 2>&1 &
+	"${SERVED[@]}" "$BUILD/tests/stream_check" server "$ADDR" $port "$style" $bytes > "$WORK/server.log" 2>&1 &
 	spid=$!
 	wait_listen $port
 	shimmed timeout 600 "$BUILD/tests/stream_check" client "$ADDR" $port "$style" $bytes \
