@@ -26,6 +26,7 @@ enum op {
 	DONE_CTRL,
 	RECV,     /* arg: immediate data */
 	CONSUMED, /* arg: count */
+	LIMIT,    /* arg: grant limit (free receive capacity, SRQ mode) */
 };
 
 #define ANY -1
@@ -148,6 +149,33 @@ static const struct script scripts[] = {
 		 {POST_DATA, 0, IMM(D, 2), 1, 1, 0}, /* piggybacked: nothing due after */
 		 {END},
 	 }},
+	{"SRQ: grants only against free capacity; owed credits wait, a capped grant goes out",
+	 {.sq_depth = 4, .ctrl_reserve = 1, .rx_window = 4, .tx_window = 4, .grant_threshold = 2},
+	 {
+		 {LIMIT, 0, 0, 1, 1, 0},
+		 {RECV, IMM(D, 0), D, 1, 1, 0},
+		 {RECV, IMM(D, 0) | SS_IMM_HARD_REQ, D, 1, 1, 0},
+		 {CONSUMED, 2, ANY, 1, 1, 0}, /* owed 2, asked loudly, but no capacity: nothing due */
+		 {LIMIT, 0, 1, 1, 1, 0},      /* withheld */
+		 {LIMIT, 1, 1, 1, 1, 1},      /* room for one: the capped grant is due */
+		 {POST_DATA, 0, IMM(D, 1), 1, 1, 0}, /* it rides on data; the limit is used up */
+		 {LIMIT, 0xffffffffu, 0, 1, 1, 0},   /* one owed, below the threshold, nobody asks */
+		 {CONSUMED, 1, ANY, 1, 1, 1},
+		 {POST_CTRL, 0, IMM(C, 2), 1, 0, 0},
+		 {END},
+	 }},
+	{"SRQ: a grant never exceeds the limit, even when the threshold is reached",
+	 {.sq_depth = 4, .ctrl_reserve = 1, .rx_window = 8, .tx_window = 8, .grant_threshold = 2},
+	 {
+		 {RECV, IMM(D, 0), D, 1, 1, 0},
+		 {RECV, IMM(D, 0), D, 1, 1, 0},
+		 {RECV, IMM(D, 0), D, 1, 1, 0},
+		 {CONSUMED, 3, ANY, 1, 1, 1},
+		 {LIMIT, 2, 1, 1, 1, 1},
+		 {POST_CTRL, 0, IMM(C, 2), 1, 0, 0},
+		 {LIMIT, 0, 1, 1, 0, 0},
+		 {END},
+	 }},
 };
 
 static void run_step(struct ss_credit *c, const struct step *s, size_t idx, const char *what)
@@ -178,6 +206,10 @@ static void run_step(struct ss_credit *c, const struct step *s, size_t idx, cons
 		break;
 	case CONSUMED:
 		ss_credit_on_consumed(c, s->arg);
+		break;
+	case LIMIT:
+		ss_credit_set_grant_limit(c, s->arg);
+		got = ss_credit_withheld(c);
 		break;
 	case END:
 		break;
@@ -276,12 +308,22 @@ static uint32_t rnd(uint32_t n)
 
 enum { MAX_MSG = 1000 };
 
+/* Posts through the credit rules, checking that no grant exceeds the limit. */
+static uint32_t post_checked(struct peer *p, enum ss_msg_kind kind, bool want_more)
+{
+	uint32_t limit = p->c.grant_limit;
+	uint32_t imm = ss_credit_on_post(&p->c, kind, want_more);
+
+	assert_true((imm & SS_IMM_GRANT_MASK) <= limit);
+	return imm;
+}
+
 static bool peer_try_post(struct peer *p, struct peer *other)
 {
 	bool want = p->to_send > 0;
 
 	if (ss_credit_ctrl_due(&p->c, want) && ss_credit_can_send_ctrl(&p->c)) {
-		uint32_t imm = ss_credit_on_post(&p->c, SS_KIND_CTRL, want);
+		uint32_t imm = post_checked(p, SS_KIND_CTRL, want);
 		q_push(&p->send_done, (struct msg){imm, 0});
 		q_push(&p->wire, (struct msg){imm, 0});
 		return true;
@@ -291,14 +333,14 @@ static bool peer_try_post(struct peer *p, struct peer *other)
 		if (len > p->to_send)
 			len = (uint32_t)p->to_send;
 		p->to_send -= len;
-		uint32_t imm = ss_credit_on_post(&p->c, SS_KIND_DATA, p->to_send > 0);
+		uint32_t imm = post_checked(p, SS_KIND_DATA, p->to_send > 0);
 		q_push(&p->send_done, (struct msg){imm, len});
 		q_push(&p->wire, (struct msg){imm, len});
 		p->sent_bytes += len;
 		return true;
 	}
 	if (!want && !p->eos_posted && ss_credit_can_send_ctrl(&p->c)) {
-		uint32_t imm = ss_credit_on_post(&p->c, SS_KIND_EOS, false);
+		uint32_t imm = post_checked(p, SS_KIND_EOS, false);
 		q_push(&p->send_done, (struct msg){imm, 0});
 		q_push(&p->wire, (struct msg){imm, 0});
 		p->eos_posted = true;
@@ -365,8 +407,13 @@ static bool peer_try_send_done(struct peer *p, struct peer *other)
 	return true;
 }
 
+/*
+ * capped: grant limits change at random (SRQ mode: free receive capacity
+ * comes and goes); when nothing else can happen they are lifted, as the
+ * retry timer does once capacity is back.
+ */
 static void simulate(uint64_t seed, const struct ss_credit_cfg *cfg, uint64_t bytes_each,
-		     uint32_t slow_reader_pct)
+		     uint32_t slow_reader_pct, bool capped)
 {
 	static struct peer pr[2];
 
@@ -384,7 +431,7 @@ static void simulate(uint64_t seed, const struct ss_credit_cfg *cfg, uint64_t by
 			int who = (int)rnd(2);
 			struct peer *p = &pr[who], *o = &pr[!who];
 
-			switch (rnd(5)) {
+			switch (rnd(capped ? 6 : 5)) {
 			case 0: progressed = peer_try_post(p, o); break;
 			case 1: progressed = peer_try_recv(p, o); break;
 			case 2:
@@ -393,6 +440,9 @@ static void simulate(uint64_t seed, const struct ss_credit_cfg *cfg, uint64_t by
 				break;
 			case 3: progressed = peer_try_send_done(p, o); break;
 			case 4: progressed = peer_try_repost_ctrl(p); break;
+			case 5:
+				ss_credit_set_grant_limit(&p->c, rnd(4) ? (uint32_t)rnd(3) : UINT32_MAX);
+				break;
 			}
 		}
 		if (!progressed) {
@@ -404,6 +454,11 @@ static void simulate(uint64_t seed, const struct ss_credit_cfg *cfg, uint64_t by
 					     peer_try_repost_ctrl(p);
 			}
 		}
+		for (int who = 0; who < 2 && !progressed; who++)
+			if (pr[who].c.grant_limit != UINT32_MAX) {
+				ss_credit_set_grant_limit(&pr[who].c, UINT32_MAX);
+				progressed = true;
+			}
 		if (!progressed)
 			break;
 		assert_true(steps < 50000000);
@@ -435,7 +490,8 @@ static void test_simulated_orders(void **state)
 	(void)state;
 	for (size_t i = 0; i < sizeof(cfgs) / sizeof(cfgs[0]); i++)
 		for (uint64_t seed = 1; seed <= 40; seed++)
-			simulate(seed * 7919 + i, &cfgs[i], 20000 + seed * 1000, seed % 3 ? 0 : 90);
+			simulate(seed * 7919 + i, &cfgs[i], 20000 + seed * 1000, seed % 3 ? 0 : 90,
+				 seed % 2 == 0);
 }
 
 int main(void)

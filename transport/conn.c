@@ -358,10 +358,22 @@ static void rx_pop(struct ss_conn *c)
 	c->rxq_count--;
 }
 
-/* Handles one completion; returns true if it brought new readable data. */
-static bool on_completion(struct ss_conn *c, const struct ibv_wc *wc)
+static void bad_status(struct ss_conn *c, const struct ibv_wc *wc, bool recv)
 {
-	if (!(wc->opcode & IBV_WC_RECV)) {
+	if (c->st != ST_FAILED && c->st != ST_DEAD)
+		ss_log_info("QP %u: completion error %s (%s)", c->qp->qp_num,
+			    ibv_wc_status_str(wc->status), recv ? "recv" : "send");
+	fail(c, ibv_wc_status_str(wc->status));
+}
+
+/*
+ * Handles one completion of our receive side (recv) or send queue; returns
+ * true if it brought new readable data. Which queue comes from the CQ it
+ * was polled from: an error completion's opcode is undefined.
+ */
+static bool on_completion(struct ss_conn *c, const struct ibv_wc *wc, bool recv)
+{
+	if (!recv) {
 		enum ss_msg_kind kind = (enum ss_msg_kind)(wc->wr_id >> WR_KIND_SHIFT);
 
 		/* Flushed or not, the slot and its block are free again. */
@@ -377,14 +389,15 @@ static bool on_completion(struct ss_conn *c, const struct ibv_wc *wc)
 			c->eos_done = true;
 		}
 		if (wc->status != IBV_WC_SUCCESS)
-			goto bad_status;
+			bad_status(c, wc, recv);
 		return false;
 	}
 
 	struct ss_blk *b = (struct ss_blk *)(uintptr_t)wc->wr_id;
 	if (wc->status != IBV_WC_SUCCESS) {
+		bad_status(c, wc, recv); /* first: a failed connection does not repost */
 		c->be->release(c, b);
-		goto bad_status;
+		return false;
 	}
 	/* Any message from the peer proves its QP receives: the commit point has passed. */
 	if (c->st == ST_CONNECTED)
@@ -408,13 +421,6 @@ static bool on_completion(struct ss_conn *c, const struct ibv_wc *wc)
 	c->stats.rx_msgs++;
 	c->stats.rx_bytes += wc->byte_len;
 	return true;
-
-bad_status:
-	if (c->st != ST_FAILED && c->st != ST_DEAD)
-		ss_log_info("QP %u: completion error %s (%s)", c->qp->qp_num,
-			    ibv_wc_status_str(wc->status), wc->opcode & IBV_WC_RECV ? "recv" : "send");
-	fail(c, ibv_wc_status_str(wc->status));
-	return false;
 }
 
 /* After completions were taken: post what may go, wake drains and report; lock held. */
@@ -505,6 +511,7 @@ static int rq_post_initial(struct ss_conn *c)
 /* Polls one of our CQs dry; returns true if new readable data came. */
 static bool rq_poll_dry(struct ss_conn *c, struct ibv_cq *cq)
 {
+	bool recv = cq == c->cq;
 	struct ibv_wc wc[16];
 	bool edge = false;
 	int n;
@@ -516,7 +523,7 @@ static bool rq_poll_dry(struct ss_conn *c, struct ibv_cq *cq)
 			return edge;
 		}
 		for (int i = 0; i < n; i++)
-			edge |= on_completion(c, &wc[i]);
+			edge |= on_completion(c, &wc[i], recv);
 	} while (n == 16);
 	return edge;
 }
@@ -756,13 +763,13 @@ static const struct backend srq_backend = {
 
 /* ---- entry points of the progress thread ---- */
 
-void ss_conn_on_wcs(struct ss_conn *c, const struct ibv_wc *wc, int n)
+void ss_conn_on_wcs(struct ss_conn *c, const struct ibv_wc *wc, int n, bool recv)
 {
 	bool edge = false;
 
 	pthread_mutex_lock(&c->lock);
 	for (int i = 0; i < n; i++)
-		edge |= on_completion(c, &wc[i]);
+		edge |= on_completion(c, &wc[i], recv);
 	__atomic_add_fetch(&c->seen, 1, __ATOMIC_RELEASE);
 	if (c->st != ST_DEAD)
 		after_events(c, edge);

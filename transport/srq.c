@@ -286,13 +286,11 @@ int ss_srq_attach(struct ss_srq *s, struct ibv_qp *qp, struct ss_conn *c)
 
 /* ---- polling ---- */
 
-static void dispatch(struct ss_srq *s, struct ibv_wc *wc, int n)
+/* Hands completions polled from the receive CQ (recv) or a send CQ to their connections. */
+static void dispatch(struct ss_srq *s, struct ibv_wc *wc, int n, bool recv)
 {
-	uint32_t rx_done = 0;
+	uint32_t rx_done = recv ? (uint32_t)n : 0;
 
-	for (int i = 0; i < n; i++)
-		if (wc[i].opcode & IBV_WC_RECV)
-			rx_done++;
 	if (rx_done) {
 		uint32_t held = s->rx.n_blks - __atomic_sub_fetch(&s->posted, rx_done, __ATOMIC_RELAXED);
 
@@ -308,12 +306,11 @@ static void dispatch(struct ss_srq *s, struct ibv_wc *wc, int n)
 			j++;
 		c = map_find(s, wc[i].qp_num);
 		if (c) {
-			ss_conn_on_wcs(c, &wc[i], j - i);
+			ss_conn_on_wcs(c, &wc[i], j - i, recv);
 		} else {
 			/* Cannot happen while the map rules hold; a receive block still goes back. */
-			for (int k = i; k < j; k++)
-				if (wc[k].opcode & IBV_WC_RECV)
-					ss_srq_repost(s, (struct ss_blk *)(uintptr_t)wc[k].wr_id);
+			for (int k = i; k < j && recv; k++)
+				ss_srq_repost(s, (struct ss_blk *)(uintptr_t)wc[k].wr_id);
 			ss_log_warn("completion for unknown QP %u", wc[i].qp_num);
 		}
 		i = j;
@@ -331,7 +328,7 @@ static int poll_dry(struct ss_srq *s, struct ibv_cq *cq)
 			ss_log_error("ibv_poll_cq: %d", n);
 			return total;
 		}
-		dispatch(s, wc, n);
+		dispatch(s, wc, n, cq == s->rcq);
 		total += n;
 	} while (n == 32);
 	return total;

@@ -3,6 +3,7 @@
 #define SS_TRANSPORT_WORKER_H
 
 #include <pthread.h>
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "transport/conn.h"
@@ -80,8 +81,8 @@ void ss_worker_arm_timer(struct ss_worker *w, struct ss_conn *c);
 /* Progress entry points for the worker thread (conn.c). */
 void ss_conn_on_cq_event(struct ss_conn *c, struct ibv_cq *cq);
 struct ss_conn *ss_conn_from_cq_tag(int *tag);
-/* Completions of c's QP taken from a shared CQ, in CQ order; no lock of c held. */
-void ss_conn_on_wcs(struct ss_conn *c, const struct ibv_wc *wc, int n);
+/* Completions of c's QP taken from a shared receive (recv) or send CQ, in CQ order; no lock of c held. */
+void ss_conn_on_wcs(struct ss_conn *c, const struct ibv_wc *wc, int n, bool recv);
 void ss_conn_on_last_wqe(struct ss_conn *c);
 /* 0: c may be freed now; else the time to free it anyway (waiting for its last-WQE event). */
 uint64_t ss_conn_free_at(struct ss_conn *c);

@@ -1,0 +1,167 @@
+/*
+ * idle_echo: the program of the idle-connection benchmark (tools/membench).
+ *
+ *   idle_echo server ADDR PORT
+ *       echoes every connection (epoll, non-blocking) until killed.
+ *   idle_echo client ADDR PORT N SENDERS ROUNDS
+ *       opens N connections and prints "ready N" with its RSS; waits for a
+ *       line on stdin; then the first SENDERS connections take turns at
+ *       64-byte echoes, 1 ms of sleep after each, ROUNDS each; prints
+ *       "latency p50 P p99 Q" in microseconds and exits.
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+static void die(const char *what)
+{
+	fprintf(stderr, "idle_echo: %s: %s\n", what, strerror(errno));
+	exit(2);
+}
+
+static struct sockaddr_in address(const char *addr, int port)
+{
+	struct sockaddr_in sin = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+
+	if (inet_pton(AF_INET, addr, &sin.sin_addr) != 1) {
+		fprintf(stderr, "idle_echo: bad address %s\n", addr);
+		exit(2);
+	}
+	return sin;
+}
+
+__attribute__((noreturn)) static void run_server(const char *addr, int port)
+{
+	struct sockaddr_in sin = address(addr, port);
+	struct epoll_event ev = {.events = EPOLLIN}, evs[64];
+	int l = socket(AF_INET, SOCK_STREAM, 0), one = 1, ep = epoll_create1(0);
+	char buf[4096];
+
+	if (l < 0 || ep < 0)
+		die("socket");
+	setsockopt(l, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+	if (bind(l, (struct sockaddr *)&sin, sizeof(sin)) < 0 || listen(l, 4096) < 0)
+		die("listen");
+	ev.data.fd = l;
+	epoll_ctl(ep, EPOLL_CTL_ADD, l, &ev);
+	for (;;) {
+		int k = epoll_wait(ep, evs, 64, -1);
+
+		for (int i = 0; i < k; i++) {
+			int fd = evs[i].data.fd;
+
+			if (fd == l) {
+				int c = accept4(l, NULL, NULL, SOCK_NONBLOCK);
+
+				if (c < 0)
+					continue;
+				ev.data.fd = c;
+				epoll_ctl(ep, EPOLL_CTL_ADD, c, &ev);
+				continue;
+			}
+			ssize_t n = read(fd, buf, sizeof(buf));
+			if (n > 0) {
+				/* Requests are 64 bytes: the answer fits the socket at once. */
+				if (write(fd, buf, (size_t)n) != n)
+					die("write");
+			} else if (n == 0 || errno != EAGAIN) {
+				epoll_ctl(ep, EPOLL_CTL_DEL, fd, NULL);
+				close(fd);
+			}
+		}
+	}
+}
+
+static long rss_kib(void)
+{
+	FILE *f = fopen("/proc/self/status", "r");
+	char line[256];
+	long v = -1;
+
+	while (f && fgets(line, sizeof(line), f))
+		if (sscanf(line, "VmRSS: %ld", &v) == 1)
+			break;
+	if (f)
+		fclose(f);
+	return v;
+}
+
+static double now_us(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec / 1e3;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+static int run_client(const char *addr, int port, int n, int senders, int rounds)
+{
+	struct sockaddr_in sin = address(addr, port);
+	int *fds = calloc((size_t)n, sizeof(*fds));
+	double *lat = calloc((size_t)senders * (size_t)rounds, sizeof(*lat));
+	struct timespec ms = {0, 1000000};
+	char req[64], resp[64], line[16];
+	size_t k = 0;
+
+	if (!fds || !lat)
+		die("calloc");
+	for (int i = 0; i < n; i++) {
+		fds[i] = socket(AF_INET, SOCK_STREAM, 0);
+		if (fds[i] < 0 || connect(fds[i], (struct sockaddr *)&sin, sizeof(sin)) < 0)
+			die("connect");
+	}
+	printf("ready %d rss_kib %ld\n", n, rss_kib());
+	fflush(stdout);
+	if (!fgets(line, sizeof(line), stdin))
+		return 2;
+	memset(req, 'x', sizeof(req));
+	for (int r = 0; r < rounds; r++) {
+		for (int s = 0; s < senders && s < n; s++) {
+			size_t got = 0;
+			double t0 = now_us();
+
+			if (write(fds[s], req, sizeof(req)) != (ssize_t)sizeof(req))
+				die("write");
+			while (got < sizeof(resp)) {
+				ssize_t m = read(fds[s], resp + got, sizeof(resp) - got);
+
+				if (m <= 0)
+					die("read");
+				got += (size_t)m;
+			}
+			lat[k++] = now_us() - t0;
+			nanosleep(&ms, NULL);
+		}
+	}
+	qsort(lat, k, sizeof(*lat), cmp_double);
+	printf("latency p50 %.1f p99 %.1f samples %zu\n", lat[k / 2], lat[k * 99 / 100], k);
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	setvbuf(stdout, NULL, _IOLBF, 0);
+	if (argc == 4 && strcmp(argv[1], "server") == 0)
+		run_server(argv[2], atoi(argv[3]));
+	if (argc == 7 && strcmp(argv[1], "client") == 0)
+		return run_client(argv[2], atoi(argv[3]), atoi(argv[4]), atoi(argv[5]),
+				  atoi(argv[6]));
+	fprintf(stderr, "usage: idle_echo server ADDR PORT | client ADDR PORT N SENDERS ROUNDS\n");
+	return 2;
+}
