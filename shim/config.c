@@ -70,15 +70,16 @@ const struct ss_option ss_options[] = {
 	INT_OPTION("PORT", port, "0", 0, 255, "device port to use; 0: any active port"),
 	INT_OPTION("GID_INDEX", gid_index, "-1", -1, 65535,
 		   "GID table index to use; -1: the GID of the local address (RoCE v2 first)"),
-	INT_OPTION("SQ_DEPTH", sq_depth, "16", 4, 4096,
+	INT_OPTION("SQ_DEPTH", sq_depth, "15", 4, 4096,
 		   "send queue depth per connection (2 entries are kept for control messages); "
-		   "it sets most of an idle connection's memory"),
+		   "it sets most of an idle connection's memory (rxe rounds depth + 1 up to a "
+		   "power of two: 15, 31, 63 waste nothing)"),
 	INT_OPTION("RQ_DEPTH", rq_depth, "64", 1, 4096,
 		   "receive buffers posted per connection in rq mode: the peer's send window"),
 	INT_OPTION("SRQ_WINDOW", srq_window, "16", 1, 4096,
 		   "srq mode: messages a peer may send before its first grant (not backed by "
 		   "reserved buffers: RNR retry absorbs a burst of many connections)"),
-	INT_OPTION("SRQ_POOL", srq_pool, "256", 4, 32768,
+	INT_OPTION("SRQ_POOL", srq_pool, "128", 4, 32768,
 		   "srq mode: receive buffers posted on the shared receive queue at first, and "
 		   "the step by which the pool grows when the queue runs low"),
 	INT_OPTION("SRQ_POOL_MAX", srq_pool_max, "4096", 4, 32768,

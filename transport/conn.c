@@ -102,6 +102,7 @@ struct ss_conn {
 	uint32_t held;
 	uint32_t seen; /* completions handed to us; spinners watch it (atomic) */
 	bool last_wqe;
+	bool tx_wait; /* counted in the SRQ's send waiters */
 	uint64_t free_at;
 
 	uint32_t buf_size;
@@ -426,7 +427,7 @@ static bool on_completion(struct ss_conn *c, const struct ibv_wc *wc, bool recv)
 /* After completions were taken: post what may go, wake drains and report; lock held. */
 static void after_events(struct ss_conn *c, bool edge)
 {
-	flush(c);
+	c->be->push(c);
 	if (c->tcp_gone && !c->cr.eos_received && c->st == ST_RUNNING && !c->gone_deadline) {
 		/* Once: the grace counts from the TCP end, not from the last progress. */
 		c->gone_deadline = ss_now_ms() + SS_GONE_GRACE_MS;
@@ -570,8 +571,7 @@ static void rq_progress(struct ss_conn *c)
 			fail(c, "req_notify_cq failed");
 		edge |= rq_poll_dry(c, c->cq);
 	}
-	rq_reap_sends(c);
-	after_events(c, edge);
+	after_events(c, edge); /* reaps the sends */
 }
 
 static bool rq_spin(struct ss_conn *c, unsigned usec)
@@ -688,6 +688,19 @@ static int srq_post_initial(struct ss_conn *c)
 	return 0;
 }
 
+/* Posts what may go; completions come from the shared CQs, with events only when we wait for them. */
+static void srq_push(struct ss_conn *c)
+{
+	bool wait;
+
+	flush(c);
+	wait = c->st == ST_RUNNING && send_waiters(c);
+	if (wait != c->tx_wait) {
+		c->tx_wait = wait;
+		ss_srq_want_tx(c->srq, wait);
+	}
+}
+
 static void srq_release(struct ss_conn *c, struct ss_blk *b)
 {
 	ss_srq_repost(c->srq, b);
@@ -757,7 +770,7 @@ static const struct backend srq_backend = {
 	.progress = srq_progress,
 	.spin = srq_spin,
 	.grant_limit = srq_grant_limit,
-	.push = flush, /* completions come from the shared CQs */
+	.push = srq_push,
 	.teardown = srq_teardown,
 };
 
@@ -1242,6 +1255,10 @@ void ss_conn_destroy(struct ss_conn *c)
 		ss_qp_to_error(c->qp);
 	/* On an SRQ the spec's order: error state, last-WQE event (bounded wait), drain, destroy. */
 	c->free_at = c->srq && c->st != ST_CREATED ? ss_now_ms() + SS_LAST_WQE_MS : 0;
+	if (c->tx_wait) {
+		c->tx_wait = false;
+		ss_srq_want_tx(c->srq, false);
+	}
 	c->st = ST_DEAD;
 	pthread_mutex_unlock(&c->lock);
 	/* The progress thread frees it: it is the only one that takes CQ events. */

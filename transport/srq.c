@@ -10,8 +10,8 @@
 #include "transport/log.h"
 #include "transport/worker.h"
 
-/* Largest send CQ made; a QP reserves its send queue depth in one. */
-#define SS_TXCQ_MAX 4096u
+/* Largest send CQ made (rxe rounds entries + 1 up to a power of two); a QP reserves its send queue depth in one. */
+#define SS_TXCQ_MAX 4095u
 
 struct ss_srq *ss_srq_from_tag(int *tag)
 {
@@ -80,7 +80,8 @@ static int grow(struct ss_srq *s, uint32_t n)
 	return got;
 }
 
-int ss_srq_create(struct ss_devctx *dc, const struct ss_srq_cfg *cfg, struct ss_srq **srq_p)
+int ss_srq_create(struct ss_worker *w, struct ss_devctx *dc, const struct ss_srq_cfg *cfg,
+		  struct ss_srq **srq_p)
 {
 	struct ibv_device_attr da;
 	struct ss_srq *s;
@@ -91,6 +92,7 @@ int ss_srq_create(struct ss_devctx *dc, const struct ss_srq_cfg *cfg, struct ss_
 		return -ENOMEM;
 	s->cq_tag = SS_TAG_SRQ;
 	s->dc = dc;
+	s->w = w;
 	s->cfg = *cfg;
 	pthread_mutex_init(&s->poll_lock, NULL);
 	if (ibv_query_device(dc->dev->ctx, &da)) {
@@ -170,7 +172,6 @@ int ss_srq_reserve_tx(struct ss_srq *s, uint32_t sq_depth, struct ss_txcq **txcq
 		free(t);
 		goto out;
 	}
-	t->armed = ibv_req_notify_cq(t->cq, 0) == 0;
 	t->next = s->txcqs;
 	s->txcqs = t;
 found:
@@ -347,6 +348,8 @@ static void arm(struct ss_srq *s)
 {
 	if (!s->rcq_armed && ibv_req_notify_cq(s->rcq, 0) == 0)
 		s->rcq_armed = 1;
+	if (!__atomic_load_n(&s->tx_waiters, __ATOMIC_ACQUIRE))
+		return;
 	for (struct ss_txcq *t = s->txcqs; t; t = t->next)
 		if (!t->armed && ibv_req_notify_cq(t->cq, 0) == 0)
 			t->armed = 1;
@@ -361,6 +364,29 @@ void ss_srq_progress(struct ss_srq *s, int rearm)
 		poll_all(s);
 	}
 	pthread_mutex_unlock(&s->poll_lock);
+}
+
+void ss_srq_want_tx(struct ss_srq *s, bool want)
+{
+	/* The first waiter wakes the progress thread, which arms the send CQs. */
+	if (!want)
+		__atomic_sub_fetch(&s->tx_waiters, 1, __ATOMIC_ACQ_REL);
+	else if (__atomic_add_fetch(&s->tx_waiters, 1, __ATOMIC_ACQ_REL) == 1)
+		ss_worker_wake(s->w);
+}
+
+void ss_srq_on_wake(struct ss_srq *s)
+{
+	int unarmed = 0;
+
+	if (!__atomic_load_n(&s->tx_waiters, __ATOMIC_ACQUIRE))
+		return;
+	pthread_mutex_lock(&s->poll_lock);
+	for (struct ss_txcq *t = s->txcqs; t; t = t->next)
+		unarmed |= !t->armed;
+	pthread_mutex_unlock(&s->poll_lock);
+	if (unarmed)
+		ss_srq_progress(s, 1);
 }
 
 void ss_srq_on_cq_event(struct ss_srq *s, struct ibv_cq *cq)

@@ -16,6 +16,7 @@
 #define SS_TRANSPORT_SRQ_H
 
 #include <pthread.h>
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "transport/pool.h"
@@ -25,6 +26,7 @@ struct ibv_qp;
 struct ibv_srq;
 struct ss_conn;
 struct ss_devctx;
+struct ss_worker;
 
 struct ss_srq_cfg {
 	uint32_t buf_size;
@@ -49,9 +51,11 @@ struct ss_srq_stats {
 struct ss_srq {
 	int cq_tag; /* SS_TAG_SRQ: the context of its CQs */
 	struct ss_devctx *dc;
+	struct ss_worker *w;
 	struct ss_srq_cfg cfg;
 	pthread_mutex_t poll_lock;
-	int spinners; /* application threads polling; atomic */
+	int spinners;  /* application threads polling; atomic */
+	int tx_waiters; /* connections waiting for a send completion: the send CQs raise events; atomic */
 	struct ibv_srq *srq;
 	struct ss_pool rx;
 	uint32_t posted; /* receives on the SRQ; atomic */
@@ -70,7 +74,8 @@ struct ss_srq {
 };
 
 /* Makes the SRQ side of dc. Returns 0 and sets *srq_p, or -errno. */
-int ss_srq_create(struct ss_devctx *dc, const struct ss_srq_cfg *cfg, struct ss_srq **srq_p);
+int ss_srq_create(struct ss_worker *w, struct ss_devctx *dc, const struct ss_srq_cfg *cfg,
+		  struct ss_srq **srq_p);
 
 /*
  * Reserves room for sq_depth completions in a send CQ (making a new CQ when
@@ -100,6 +105,17 @@ void ss_srq_repost(struct ss_srq *s, struct ss_blk *b);
  * connection lock held.
  */
 void ss_srq_progress(struct ss_srq *s, int rearm);
+
+/*
+ * A connection starts (want) or stops waiting for a send completion (full
+ * ring, drain, end of stream, a control message without room): while any
+ * waits, the send CQs raise events. Otherwise sends are reaped on the way,
+ * with no event per send. Any thread, any lock.
+ */
+void ss_srq_want_tx(struct ss_srq *s, bool want);
+
+/* The progress thread was woken: arms the send CQs if someone wants them. */
+void ss_srq_on_wake(struct ss_srq *s);
 
 /* A completion event on cq (progress thread). */
 void ss_srq_on_cq_event(struct ss_srq *s, struct ibv_cq *cq);

@@ -187,7 +187,7 @@ int ss_worker_devctx_pools(struct ss_worker *w, struct ss_devctx *dc,
 			.initial = cfg->srq_initial,
 			.max_blks = cfg->srq_max,
 		};
-		ret = ss_srq_create(dc, &sc, &dc->srq);
+		ret = ss_srq_create(w, dc, &sc, &dc->srq);
 	}
 out:
 	pthread_mutex_unlock(&w->lock);
@@ -382,6 +382,11 @@ static void *progress_main(void *arg)
 				if (read(w->evfd, &v, sizeof(v)) < 0) {
 					/* Nothing to read: another wake-up took it. */
 				}
+				/* Devices are only ever added, at the head. */
+				for (struct ss_devctx *dc = __atomic_load_n(&w->devs, __ATOMIC_ACQUIRE);
+				     dc; dc = dc->next)
+					if (dc->srq)
+						ss_srq_on_wake(dc->srq);
 				break;
 			}
 			case SS_TAG_CHANNEL:
