@@ -611,6 +611,8 @@ EXPORT int close(int fd)
 		if (!ss_real.close)
 			return (int)syscall(SYS_close, fd);
 	}
+	if (ss_in_vfork_child())
+		return ss_real.close(fd);
 	s = ss_sock_remove_fd(fd, &ret);
 	if (s) {
 		int err = errno;
@@ -624,7 +626,7 @@ EXPORT int close(int fd)
 EXPORT int close_range(unsigned first, unsigned last, int flags)
 {
 	real_ready();
-	if (!(flags & CLOSE_RANGE_CLOEXEC)) {
+	if (!(flags & CLOSE_RANGE_CLOEXEC) && !ss_in_vfork_child()) {
 		int top = ss_sock_table_size();
 		for (unsigned fd = first; fd <= last && fd < (unsigned)top; fd++) {
 			struct ss_sock *s = ss_sock_remove_fd((int)fd, NULL);
@@ -665,7 +667,7 @@ static int after_dup(int oldfd, int newfd)
 {
 	struct ss_sock *s;
 
-	if (newfd < 0)
+	if (newfd < 0 || ss_in_vfork_child())
 		return newfd;
 	s = ss_sock_get(oldfd);
 	if (s) {
@@ -683,7 +685,7 @@ static void forget_target(int oldfd, int newfd)
 {
 	struct ss_sock *t;
 
-	if (oldfd == newfd)
+	if (oldfd == newfd || ss_in_vfork_child())
 		return;
 	t = ss_sock_remove_fd(newfd, NULL);
 	if (t) {

@@ -1,11 +1,19 @@
 /* libsrqshim.so: load-time set-up, fork handling and the linger at exit. */
 #include <pthread.h>
+#include <unistd.h>
 
 #include "shim/real.h"
 #include "shim/shim.h"
+#include "shim/stats.h"
 #include "transport/log.h"
 
 struct ss_config ss_cfg;
+static pid_t ss_pid; /* this process, updated in a forked child */
+
+bool ss_in_vfork_child(void)
+{
+	return getpid() != __atomic_load_n(&ss_pid, __ATOMIC_RELAXED);
+}
 struct ss_policy ss_peers;
 __thread int ss_in_call;
 
@@ -28,9 +36,19 @@ static void forget_connection(struct ss_sock *s)
 	s->state = SS_SOCK_FOREIGN;
 }
 
+/* Every entry: its statistics slot is in the parent's file. */
+static void forget_stats(struct ss_sock *s)
+{
+	s->stat = NULL;
+}
+
 static void after_fork_child(void)
 {
+	__atomic_store_n(&ss_pid, getpid(), __ATOMIC_RELAXED);
 	ss_sock_for_each(forget_connection);
+	ss_sock_for_each(forget_stats);
+	ss_sock_after_fork();
+	ss_stats_after_fork();
 	if (ss_tp)
 		ss_tp->worker_forget_after_fork();
 	ss_w = NULL;
@@ -52,6 +70,7 @@ __attribute__((constructor)) static void ss_shim_init(void)
 	char err[8];
 	ss_policy_parse(ss_cfg.peers, &ss_peers, err, sizeof(err)); /* checked by the table */
 	ss_real_init();
+	ss_pid = getpid();
 	pthread_atfork(NULL, NULL, after_fork_child);
 }
 
@@ -70,4 +89,5 @@ __attribute__((destructor)) static void ss_shim_fini(void)
 			    st.srq_posted, st.srq_peak_held, (unsigned long long)st.srq_limit_events,
 			    (unsigned long long)st.rnr_naks);
 	}
+	ss_stats_fini();
 }

@@ -26,6 +26,13 @@ extern struct ss_worker *ss_w;
 /* Loads the transport module and starts the worker on first need. Returns 0 or a reason. */
 enum ss_reason ss_tp_load(void);
 
+/*
+ * True in a child made by vfork (or posix_spawn) before it execs: it shares
+ * our memory, so it must not change shim state (its fd table is its own).
+ * A system call: for close and the dup family only.
+ */
+bool ss_in_vfork_child(void);
+
 /* The real socket functions, for the handshake layer. */
 extern const struct ss_hs_io ss_real_io;
 

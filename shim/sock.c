@@ -14,10 +14,31 @@
 
 #include "shim/real.h"
 #include "shim/shim.h"
+#include "shim/stats.h"
 #include "transport/log.h"
 
+/*
+ * Odd values are "seen, not ours": PLAIN_MARK, or a plain connection that
+ * keeps a statistics slot ((slot + 1) << 1 | 1), freed with the entry.
+ */
 #define PLAIN_MARK ((struct ss_sock *)1)
 #define N_STRIPES  64
+
+static inline bool is_plain(const struct ss_sock *v)
+{
+	return ((uintptr_t)v & 1) != 0;
+}
+
+static struct ss_sock *plain_with_slot(struct ss_stats_conn *slot)
+{
+	return (struct ss_sock *)((((uintptr_t)ss_stats_conn_index(slot) + 1) << 1) | 1);
+}
+
+static void drop_plain(struct ss_sock *v)
+{
+	if (is_plain(v) && v != PLAIN_MARK)
+		ss_stats_conn_close(ss_stats_conn_at((uint32_t)(((uintptr_t)v >> 1) - 1)));
+}
 
 static struct ss_sock **table;
 static int table_len;
@@ -66,11 +87,11 @@ struct ss_sock *ss_sock_get(int fd)
 	if (fd < 0 || !table_ready() || fd >= table_len)
 		return NULL;
 	s = __atomic_load_n(&table[fd], __ATOMIC_ACQUIRE);
-	if (s == NULL || s == PLAIN_MARK)
+	if (s == NULL || is_plain(s))
 		return NULL;
 	pthread_mutex_lock(&stripes[fd % N_STRIPES]);
 	s = table[fd];
-	if (s == PLAIN_MARK)
+	if (is_plain(s))
 		s = NULL;
 	if (s)
 		__atomic_add_fetch(&s->refs, 1, __ATOMIC_ACQ_REL);
@@ -100,6 +121,7 @@ void ss_sock_put(struct ss_sock *s)
 		}
 		ss_tp->conn_destroy(s->conn);
 	}
+	ss_stats_conn_close(s->stat);
 	if (s->tcp_fd >= 0)
 		ss_real.close(s->tcp_fd);
 	if (s->shim_fd >= 0)
@@ -117,7 +139,11 @@ static struct ss_sock *slot_swap(int fd, struct ss_sock *v)
 	old = table[fd];
 	__atomic_store_n(&table[fd], v, __ATOMIC_RELEASE);
 	pthread_mutex_unlock(&stripes[fd % N_STRIPES]);
-	return old == PLAIN_MARK ? NULL : old;
+	if (is_plain(old)) {
+		drop_plain(old);
+		return NULL;
+	}
+	return old;
 }
 
 struct ss_sock *ss_sock_new(int fd, int domain, enum ss_sock_state state)
@@ -224,9 +250,18 @@ void ss_sock_for_each(void (*fn)(struct ss_sock *s))
 		struct ss_sock *s = table[fd];
 
 		/* An entry with several names is visited under its first name only. */
-		if (s && s != PLAIN_MARK && s->fds[0] == fd)
+		if (s && !is_plain(s) && s->fds[0] == fd)
 			fn(s);
 	}
+}
+
+void ss_sock_after_fork(void)
+{
+	if (!table_ready())
+		return;
+	for (int fd = 0; fd < table_hwm; fd++)
+		if (is_plain(table[fd]))
+			table[fd] = PLAIN_MARK;
 }
 
 void ss_sock_forget(struct ss_sock *s)
@@ -239,7 +274,12 @@ void ss_sock_forget(struct ss_sock *s)
 	s->n_fds = 0;
 	pthread_mutex_unlock(&s->fd_lock);
 	for (int i = 0; i < n; i++) {
-		struct ss_sock *old = slot_swap(fds[i], PLAIN_MARK);
+		/* The first name keeps the statistics slot until it is closed. */
+		struct ss_sock *old =
+			slot_swap(fds[i], i == 0 && s->stat ? plain_with_slot(s->stat) : PLAIN_MARK);
+
+		if (i == 0)
+			s->stat = NULL;
 
 		if (old == s)
 			ss_sock_put(s); /* that name's reference */

@@ -21,6 +21,8 @@ enum ss_sock_state {
 	SS_SOCK_FOREIGN,  /* an upgraded connection inherited over fork: not usable here */
 };
 
+struct ss_stats_conn;
+
 struct ss_opt_rec {
 	int level, name;
 	socklen_t len;
@@ -51,6 +53,8 @@ struct ss_sock {
 	enum ss_reason reason;
 	struct ss_conn *conn;
 	uint8_t peer_mode; /* enum ss_recv_mode of the peer, when upgraded */
+	uint32_t peer_window;
+	struct ss_stats_conn *stat; /* our slot in the published statistics, or NULL */
 
 	/* recorded for replay on a plain reconnect */
 	struct sockaddr_storage bound;
@@ -104,6 +108,9 @@ bool ss_sock_unknown(int fd);
 
 /* Calls fn on every entry (fork handling); the table is not locked against changes. */
 void ss_sock_for_each(void (*fn)(struct ss_sock *s));
+
+/* In a forked child: statistics slots of plain connections are the parent's. */
+void ss_sock_after_fork(void);
 
 /* The fd table's size (the open-file limit at load). */
 int ss_sock_table_size(void);

@@ -20,6 +20,7 @@
 #include "handshake/negotiate.h"
 #include "shim/real.h"
 #include "shim/shim.h"
+#include "shim/stats.h"
 #include "transport/log.h"
 
 const struct ss_transport_ops *ss_tp;
@@ -92,7 +93,8 @@ enum ss_reason ss_tp_load(void)
 		r = SS_REASON_RESOURCE;
 		goto out;
 	}
-	__atomic_store_n(&ss_w, w, __ATOMIC_RELEASE);
+	if (__atomic_exchange_n(&ss_w, w, __ATOMIC_ACQ_REL) != w)
+		ss_stats_worker_ready();
 out:
 	pthread_mutex_unlock(&tp_lock);
 	return r;
@@ -321,11 +323,14 @@ static void become_plain(struct ss_sock *s, enum ss_reason why)
 	ss_log_info("fd %d: TCP (%s)", s->fds[0], ss_reason_str(why));
 }
 
-static void become_upgraded(struct ss_sock *s, uint8_t peer_mode)
+static void become_upgraded(struct ss_sock *s, const struct ss_params *peer)
 {
+	uint8_t peer_mode = peer->recv_mode;
+
 	s->state = SS_SOCK_UPGRADED;
 	s->reason = SS_REASON_NONE;
 	s->peer_mode = peer_mode;
+	s->peer_window = peer->window;
 	ss_log_info("fd %d: upgraded (peer %s)", s->fds[0],
 		    peer_mode == SS_RECV_SRQ ? "srq" : "rq");
 }
@@ -506,7 +511,41 @@ static int reconnect_plain(struct ss_sock *s, int fd, const struct sockaddr *add
 	return put_on_names(s, nfd);
 }
 
+/* A decided connection gets a slot in the published statistics. */
+static void publish(struct ss_sock *s)
+{
+	struct ss_stats_conn *st;
+
+	if (s->stat || (s->state != SS_SOCK_UPGRADED && s->state != SS_SOCK_PLAIN) ||
+	    (s->state == SS_SOCK_PLAIN && s->reason == SS_REASON_NONE))
+		return;
+	st = ss_stats_conn_open(s->fds[0], s->tcp_fd >= 0 ? s->tcp_fd : s->fds[0],
+				s->state == SS_SOCK_UPGRADED ? SS_ST_UPGRADED : SS_ST_TCP, s->reason);
+	if (!st)
+		return;
+	if (s->state == SS_SOCK_UPGRADED) {
+		st->mode = ss_cfg.mode == SS_MODE_SRQ ? SS_RECV_SRQ : SS_RECV_RQ;
+		st->peer_mode = s->peer_mode;
+		st->tx_window = s->peer_window;
+		st->rx_window = (uint32_t)(ss_cfg.mode == SS_MODE_SRQ ? ss_cfg.srq_window
+								 : ss_cfg.rq_depth);
+		ss_tp->conn_publish(s->conn, &st->st);
+	}
+	s->stat = st;
+}
+
+static int client_connect(struct ss_sock *s, int fd, const struct sockaddr *addr, socklen_t alen);
+
 int ss_client_connect(struct ss_sock *s, int fd, const struct sockaddr *addr, socklen_t alen)
+{
+	int ret = client_connect(s, fd, addr, alen);
+
+	if (ret == 0)
+		publish(s);
+	return ret;
+}
+
+static int client_connect(struct ss_sock *s, int fd, const struct sockaddr *addr, socklen_t alen)
 {
 	struct ss_params mine;
 	struct ss_msg hello = {.type = SS_MSG_HELLO}, m;
@@ -599,7 +638,7 @@ int ss_client_connect(struct ss_sock *s, int fd, const struct sockaddr *addr, so
 			}
 			if (ss_tp->conn_watch_liveness(s->conn, s->tcp_fd) != 0)
 				ss_log_warn("cannot watch the TCP side of fd %d", fd);
-			become_upgraded(s, m.params.recv_mode);
+			become_upgraded(s, &m.params);
 			return 0;
 		}
 		/* Silence, foreign bytes, EOF, or nonsense: the server does not speak HELLO. */
@@ -633,7 +672,18 @@ static void decline(int fd, const struct ss_msg *hello, enum ss_reason why)
 	ss_hs_write(&ss_real_io, fd, &d, deadline_in(1000));
 }
 
+static int server_decide(struct ss_sock *s, int fd, int wait_ms);
+
 int ss_server_decide(struct ss_sock *s, int fd, int wait_ms)
+{
+	int ret = server_decide(s, fd, wait_ms);
+
+	if (ret == 0)
+		publish(s);
+	return ret;
+}
+
+static int server_decide(struct ss_sock *s, int fd, int wait_ms)
 {
 	struct ss_params mine;
 	struct ss_msg hello, m;
@@ -693,7 +743,7 @@ int ss_server_decide(struct ss_sock *s, int fd, int wait_ms)
 	}
 	if (ss_tp->conn_watch_liveness(s->conn, s->tcp_fd) != 0)
 		ss_log_warn("cannot watch the TCP side of fd %d", fd);
-	become_upgraded(s, hello.params.recv_mode);
+	become_upgraded(s, &hello.params);
 	return 0;
 }
 

@@ -103,6 +103,7 @@ struct ss_conn {
 	uint32_t seen; /* completions handed to us; spinners watch it (atomic) */
 	bool last_wqe;
 	bool tx_wait; /* counted in the SRQ's send waiters */
+	struct ss_blk *rel; /* received blocks to repost at the next push */
 	uint64_t free_at;
 
 	uint32_t buf_size;
@@ -131,6 +132,7 @@ struct ss_conn {
 	uint64_t timer_at; /* when the worker calls ss_conn_on_timer() */
 	unsigned last_ready;
 	struct ss_conn_stats stats;
+	struct ss_conn_stats *pub; /* where the counters go: stats, or the shim's shared memory */
 };
 
 uint64_t ss_now_us(void)
@@ -227,8 +229,8 @@ static int post_send(struct ss_conn *c, enum ss_msg_kind kind, uint32_t seq, boo
 		return -ret;
 	}
 	if (kind == SS_KIND_DATA) {
-		c->stats.tx_msgs++;
-		c->stats.tx_bytes += len;
+		c->pub->tx_msgs++;
+		c->pub->tx_bytes += len;
 	}
 	return 0;
 }
@@ -335,7 +337,7 @@ static void rx_push(struct ss_conn *c, struct ss_blk *b, uint32_t len)
 		memcpy(e->heap, b->addr, len);
 		e->blk = NULL;
 		c->be->release(c, b);
-		c->stats.copied_out++;
+		c->pub->copied_out++;
 	} else if (c->srq) {
 		c->held++;
 	}
@@ -419,15 +421,35 @@ static bool on_completion(struct ss_conn *c, const struct ibv_wc *wc, bool recv)
 		return kind == SS_KIND_EOS;
 	}
 	rx_push(c, b, wc->byte_len);
-	c->stats.rx_msgs++;
-	c->stats.rx_bytes += wc->byte_len;
+	c->pub->rx_msgs++;
+	c->pub->rx_bytes += wc->byte_len;
 	return true;
 }
 
 /* After completions were taken: post what may go, wake drains and report; lock held. */
-static void after_events(struct ss_conn *c, bool edge)
+/* Credit state for the status tool: plain stores, no lock a reader could wait on. */
+static void publish(struct ss_conn *c)
+{
+	struct ss_conn_stats *p = c->pub;
+
+	p->grants_sent = c->cr.grants_sent;
+	p->grants_received = c->cr.grants_received;
+	p->requests_sent = c->cr.requests_sent;
+	p->requests_received = c->cr.requests_received;
+	p->tx_credits = c->cr.tx_credits;
+	p->to_return = c->cr.to_return;
+	p->sq_free = c->cr.sq_free;
+}
+
+static void push(struct ss_conn *c)
 {
 	c->be->push(c);
+	publish(c);
+}
+
+static void after_events(struct ss_conn *c, bool edge)
+{
+	push(c);
 	if (c->tcp_gone && !c->cr.eos_received && c->st == ST_RUNNING && !c->gone_deadline) {
 		/* Once: the grace counts from the TCP end, not from the last progress. */
 		c->gone_deadline = ss_now_ms() + SS_GONE_GRACE_MS;
@@ -693,6 +715,11 @@ static void srq_push(struct ss_conn *c)
 {
 	bool wait;
 
+	/* Blocks freed since the last push go back in one post. */
+	if (c->rel) {
+		ss_srq_repost(c->srq, c->rel);
+		c->rel = NULL;
+	}
 	flush(c);
 	wait = c->st == ST_RUNNING && send_waiters(c);
 	if (wait != c->tx_wait) {
@@ -703,7 +730,8 @@ static void srq_push(struct ss_conn *c)
 
 static void srq_release(struct ss_conn *c, struct ss_blk *b)
 {
-	ss_srq_repost(c->srq, b);
+	b->next = c->rel;
+	c->rel = b;
 }
 
 static void srq_progress(struct ss_conn *c)
@@ -897,6 +925,7 @@ int ss_conn_create(struct ss_worker *w, const struct ss_transport_cfg *cfg,
 	pthread_cond_init(&c->drained, &ca);
 	pthread_condattr_destroy(&ca);
 	c->w = w;
+	c->pub = &c->stats;
 	c->hooks = *hooks;
 	c->hooks_arg = hooks_arg;
 	c->liveness_fd = -1;
@@ -1025,10 +1054,6 @@ static int state_error(const struct ss_conn *c)
 	return c->st == ST_FAILED ? -ECONNRESET : -ENOTCONN;
 }
 
-static void push(struct ss_conn *c)
-{
-	c->be->push(c);
-}
 
 ssize_t ss_conn_send(struct ss_conn *c, const struct iovec *iov, int iovcnt, bool more)
 {
@@ -1231,14 +1256,21 @@ int ss_conn_drain(struct ss_conn *c, int timeout_ms)
 void ss_conn_get_stats(struct ss_conn *c, struct ss_conn_stats *st)
 {
 	pthread_mutex_lock(&c->lock);
-	*st = c->stats;
-	st->grants_sent = c->cr.grants_sent;
-	st->grants_received = c->cr.grants_received;
-	st->requests_sent = c->cr.requests_sent;
-	st->requests_received = c->cr.requests_received;
-	st->tx_credits = c->cr.tx_credits;
-	st->to_return = c->cr.to_return;
-	st->sq_free = c->cr.sq_free;
+	publish(c);
+	*st = *c->pub;
+	pthread_mutex_unlock(&c->lock);
+}
+
+void ss_conn_publish(struct ss_conn *c, struct ss_conn_stats *pub)
+{
+	pthread_mutex_lock(&c->lock);
+	if (!pub)
+		pub = &c->stats;
+	if (pub != c->pub) {
+		*pub = *c->pub;
+		c->pub = pub;
+		publish(c);
+	}
 	pthread_mutex_unlock(&c->lock);
 }
 
@@ -1251,6 +1283,7 @@ void ss_conn_destroy(struct ss_conn *c)
 		epoll_ctl(c->w->epfd, EPOLL_CTL_DEL, c->liveness_fd, NULL);
 	c->hooks.ready = NULL;
 	c->hooks.tcp_event = NULL;
+	c->pub = &c->stats; /* the shim's slot is gone after this returns */
 	if (c->st != ST_FAILED && c->st != ST_CREATED)
 		ss_qp_to_error(c->qp);
 	/* On an SRQ the spec's order: error state, last-WQE event (bounded wait), drain, destroy. */
@@ -1281,6 +1314,8 @@ void ss_conn_free(struct ss_conn *c)
 	/* Whatever is still held goes back: queued data, and send blocks never completed. */
 	while (c->rxq_count)
 		rx_pop(c);
+	if (c->rel)
+		ss_srq_repost(c->srq, c->rel);
 	for (uint32_t s = c->tx_done; s != c->tx_open; s++)
 		if (c->tx_blk[s % c->n_tx])
 			ss_pool_put(c->txp, c->tx_blk[s % c->n_tx]);
@@ -1319,4 +1354,6 @@ __attribute__((visibility("default"))) const struct ss_transport_ops ss_transpor
 	.conn_get_stats = ss_conn_get_stats,
 	.conn_destroy = ss_conn_destroy,
 	.worker_get_stats = ss_worker_get_stats,
+	.conn_publish = ss_conn_publish,
+	.worker_publish = ss_worker_publish,
 };

@@ -76,6 +76,7 @@ struct ss_conn_stats {
 
 /* What a worker holds, for the status tool: summed over its devices. */
 struct ss_worker_stats {
+	char device[32];           /* the first device opened */
 	uint64_t reg_bytes;        /* registered memory of the shared pools */
 	uint32_t tx_blocks;        /* send pool: blocks made */
 	uint32_t srq_blocks;       /* SRQ receive pool: blocks made, */
@@ -88,6 +89,12 @@ struct ss_worker_stats {
 
 /* Statistics snapshot of w. */
 void ss_worker_get_stats(struct ss_worker *w, struct ss_worker_stats *st);
+
+/*
+ * Has the progress thread write w's statistics to *pub (shared memory the
+ * status tool reads) now and about once a second. NULL stops it.
+ */
+void ss_worker_publish(struct ss_worker *w, struct ss_worker_stats *pub);
 
 /* The process's worker, created (device-less) on first need. Returns 0 or -errno. */
 int ss_worker_get(struct ss_worker **worker_p);
@@ -175,6 +182,13 @@ bool ss_conn_spin(struct ss_conn *c, unsigned usec);
 /* Statistics snapshot. */
 void ss_conn_get_stats(struct ss_conn *c, struct ss_conn_stats *st);
 
+/*
+ * Keeps the connection's counters in *pub from now on (shared memory the
+ * status tool reads; updated with plain stores). NULL: back to private
+ * memory. ss_conn_destroy() stops writing to it.
+ */
+void ss_conn_publish(struct ss_conn *c, struct ss_conn_stats *pub);
+
 /* Releases the connection (no EOS: call shutdown and drain first). Accepts NULL. */
 void ss_conn_destroy(struct ss_conn *c);
 
@@ -212,11 +226,13 @@ struct ss_transport_ops {
 	void (*conn_get_stats)(struct ss_conn *c, struct ss_conn_stats *st);
 	void (*conn_destroy)(struct ss_conn *c);
 	void (*worker_get_stats)(struct ss_worker *w, struct ss_worker_stats *st);
+	void (*conn_publish)(struct ss_conn *c, struct ss_conn_stats *pub);
+	void (*worker_publish)(struct ss_worker *w, struct ss_worker_stats *pub);
 };
 
 extern const struct ss_transport_ops ss_transport_ops;
 
-#define SS_TRANSPORT_OPS_VERSION 2
+#define SS_TRANSPORT_OPS_VERSION 3
 #define SS_TRANSPORT_OPS_SYMBOL  "ss_transport_ops"
 
 #endif

@@ -18,34 +18,39 @@ struct ss_srq *ss_srq_from_tag(int *tag)
 	return (struct ss_srq *)((char *)tag - offsetof(struct ss_srq, cq_tag));
 }
 
+/* Posts a chain of blocks (linked by next), up to 16 receives per call. */
 static int post_blocks(struct ss_srq *s, struct ss_blk *head)
 {
-	uint32_t n = 0;
+	struct ibv_recv_wr wr[16], *bad;
+	struct ibv_sge sge[16];
 	int ret = 0;
 
 	while (head) {
-		struct ss_blk *b = head;
-		struct ibv_sge sge = {.addr = (uintptr_t)b->addr, .length = s->cfg.buf_size, .lkey = b->lkey};
-		struct ibv_recv_wr wr = {.wr_id = (uintptr_t)b, .sg_list = &sge, .num_sge = 1}, *bad;
+		uint32_t n = 0;
 
-		head = b->next;
-		ret = ibv_post_srq_recv(s->srq, &wr, &bad);
-		if (ret) {
-			ss_log_error("ibv_post_srq_recv: %s", strerror(ret));
-			ss_pool_put(&s->rx, b);
-			ret = -ret;
-			continue;
+		for (; head && n < 16; head = head->next, n++) {
+			sge[n] = (struct ibv_sge){.addr = (uintptr_t)head->addr,
+						  .length = s->cfg.buf_size, .lkey = head->lkey};
+			wr[n] = (struct ibv_recv_wr){.wr_id = (uintptr_t)head, .sg_list = &sge[n],
+						     .num_sge = 1, .next = &wr[n + 1]};
 		}
-		n++;
+		wr[n - 1].next = NULL;
+		ret = ibv_post_srq_recv(s->srq, wr, &bad);
+		if (ret) {
+			/* Never expected (the SRQ holds every block): those from bad on go back. */
+			ss_log_error("ibv_post_srq_recv: %s", strerror(ret));
+			for (struct ibv_recv_wr *w = bad; w; w = w->next, n--)
+				ss_pool_put(&s->rx, (struct ss_blk *)(uintptr_t)w->wr_id);
+			ret = -ret;
+		}
+		__atomic_add_fetch(&s->posted, n, __ATOMIC_RELAXED);
 	}
-	__atomic_add_fetch(&s->posted, n, __ATOMIC_RELAXED);
 	return ret;
 }
 
-void ss_srq_repost(struct ss_srq *s, struct ss_blk *b)
+void ss_srq_repost(struct ss_srq *s, struct ss_blk *chain)
 {
-	b->next = NULL;
-	post_blocks(s, b);
+	post_blocks(s, chain);
 }
 
 static void arm_limit(struct ss_srq *s)
@@ -310,8 +315,12 @@ static void dispatch(struct ss_srq *s, struct ibv_wc *wc, int n, bool recv)
 			ss_conn_on_wcs(c, &wc[i], j - i, recv);
 		} else {
 			/* Cannot happen while the map rules hold; a receive block still goes back. */
-			for (int k = i; k < j && recv; k++)
-				ss_srq_repost(s, (struct ss_blk *)(uintptr_t)wc[k].wr_id);
+			for (int k = i; k < j && recv; k++) {
+				struct ss_blk *b = (struct ss_blk *)(uintptr_t)wc[k].wr_id;
+
+				b->next = NULL;
+				ss_srq_repost(s, b);
+			}
 			ss_log_warn("completion for unknown QP %u", wc[i].qp_num);
 		}
 		i = j;

@@ -95,8 +95,8 @@ int ss_srq_attach(struct ss_srq *s, struct ibv_qp *qp, struct ss_conn *c);
  */
 void ss_srq_detach(struct ss_srq *s, struct ibv_qp *qp);
 
-/* Puts a receive block back on the SRQ. */
-void ss_srq_repost(struct ss_srq *s, struct ss_blk *b);
+/* Puts receive blocks back on the SRQ: a chain linked by next (NULL-terminated). */
+void ss_srq_repost(struct ss_srq *s, struct ss_blk *chain);
 
 /*
  * Polls the shared CQs dry and dispatches to the connections; with rearm,

@@ -219,6 +219,7 @@ void ss_worker_get_stats(struct ss_worker *w, struct ss_worker_stats *st)
 	memset(st, 0, sizeof(*st));
 	pthread_mutex_lock(&w->lock);
 	for (struct ss_devctx *dc = w->devs; dc; dc = dc->next) {
+		snprintf(st->device, sizeof(st->device), "%.31s", dc->dev->name);
 		if (dc->pools_ready) {
 			pthread_mutex_lock(&dc->txp.lock);
 			st->tx_blocks += dc->txp.n_blks;
@@ -239,6 +240,28 @@ void ss_worker_get_stats(struct ss_worker *w, struct ss_worker_stats *st)
 		st->rnr_naks += hw_counter(dc->dev, "rcvd_rnr_err");
 	}
 	pthread_mutex_unlock(&w->lock);
+}
+
+void ss_worker_publish(struct ss_worker *w, struct ss_worker_stats *pub)
+{
+	__atomic_store_n(&w->pub, pub, __ATOMIC_RELEASE);
+	ss_worker_wake(w);
+}
+
+/* Refreshes the published statistics once a second; returns the epoll timeout until the next. */
+static int refresh_stats(struct ss_worker *w)
+{
+	struct ss_worker_stats *pub = __atomic_load_n(&w->pub, __ATOMIC_ACQUIRE), st;
+	uint64_t now = ss_now_ms();
+
+	if (!pub)
+		return -1;
+	if (now >= w->pub_next_ms) {
+		ss_worker_get_stats(w, &st);
+		*pub = st;
+		w->pub_next_ms = now + 1000;
+	}
+	return (int)(w->pub_next_ms - now);
 }
 
 void ss_worker_bury(struct ss_worker *w, struct ss_conn *c)
@@ -402,11 +425,13 @@ static void *progress_main(void *arg)
 				break;
 			}
 		}
-		int t_free = free_graveyard(w);
+		int t_free = free_graveyard(w), t_pub = refresh_stats(w);
 
 		timeout = run_timers(w);
 		if (t_free >= 0 && (timeout < 0 || t_free < timeout))
 			timeout = t_free;
+		if (t_pub >= 0 && (timeout < 0 || t_pub < timeout))
+			timeout = t_pub;
 	}
 	return NULL;
 }

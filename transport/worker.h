@@ -56,6 +56,8 @@ struct ss_worker {
 	struct ss_conn *timed;     /* conns waiting for a deadline */
 	struct ss_no_dev no_dev[SS_NO_DEV_SLOTS];
 	unsigned no_dev_next;
+	struct ss_worker_stats *pub; /* refreshed by the progress thread; atomic pointer */
+	uint64_t pub_next_ms;
 };
 
 /* Finds or opens the device for local (GID form). Returns 0 or -ENODEV with *reason_p. */

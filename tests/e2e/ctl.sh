@@ -1,0 +1,93 @@
+#!/usr/bin/env bash
+# srqshim-ctl acceptance: while redis-benchmark runs against redis-server,
+# both preloaded in srq mode, "status --json" parses, lists both processes
+# by pid with their connections upgraded in srq mode, and byte counters grow
+# between two reads; a preloaded client of a plain server shows TCP with
+# its reason; a process killed with SIGKILL is no longer listed. Also the
+# launcher and the options listing.
+. "$(dirname "$0")/lib.sh"
+need_rdma
+
+CTL=$BUILD/tools/srqshim-ctl
+port=6410
+"${SERVED[@]}" redis-server --bind "$ADDR" --port $port --save '' --appendonly no \
+	--protected-mode no > "$WORK/redis.log" 2>&1 &
+server=$!
+wait_listen $port
+shimmed redis-benchmark -h "$ADDR" -p $port -c 10 -n 200000 -t set,get -d 64 --csv \
+	> "$WORK/bench.csv" 2>&1 &
+bench=$!
+sleep 4
+"$CTL" status --json > "$WORK/s1.json" || fail "status --json"
+sleep 3
+"$CTL" status --json > "$WORK/s2.json" || fail "status --json (second read)"
+"$CTL" status | head -30
+python3 - "$WORK/s1.json" "$WORK/s2.json" $server $bench <<'PY' || fail "status does not show the benchmark right"
+import json, sys
+s1, s2 = (json.load(open(f)) for f in sys.argv[1:3])
+server, bench = int(sys.argv[3]), int(sys.argv[4])
+def proc(doc, pid):
+    p = [p for p in doc["processes"] if p["pid"] == pid]
+    assert p, "pid %d not listed" % pid
+    return p[0]
+for pid, what in ((server, "redis-server"), (bench, "redis-benchmark")):
+    a, b = proc(s1, pid), proc(s2, pid)
+    assert what in a["command"], a["command"]
+    assert a["mode"] == "srq" and a["device"] == "rxe0", a
+    up = [c for c in b["connections"] if c["state"] == "upgraded"]
+    assert len(up) >= 10, "%s: %d upgraded connections" % (what, len(up))
+    assert all(c["mode"] == "srq" and c["peer_mode"] == "srq" for c in up), up
+    t1 = sum(c["tx_bytes"] + c["rx_bytes"] for c in a["connections"])
+    t2 = sum(c["tx_bytes"] + c["rx_bytes"] for c in b["connections"])
+    assert t2 > t1 > 0, "%s: bytes %d then %d" % (what, t1, t2)
+    assert b["srq_pool"]["blocks"] > 0 and b["registered_bytes"] > 0, b
+    print("%s (pid %d): %d upgraded srq connections, bytes %d -> %d, SRQ pool %s" %
+          (what, pid, len(up), t1, t2, b["srq_pool"]))
+PY
+kill $bench $server 2>/dev/null; wait $bench $server 2>/dev/null
+pass "status --json lists redis-server and redis-benchmark, srq connections, growing counters"
+
+# A preloaded client of a plain server: TCP, with the reason.
+port=6411
+redis-server --bind "$ADDR" --port $port --save '' --appendonly no --protected-mode no \
+	> "$WORK/plain.log" 2>&1 &
+wait_listen $port
+"${SHIMMED[@]}" python3 -c '
+import socket, sys, time
+s = socket.create_connection((sys.argv[1], int(sys.argv[2])))
+s.sendall(b"PING\r\n"); s.recv(100); print("connected", flush=True); time.sleep(120)' "$ADDR" $port > "$WORK/hold.log" &
+holder=$!
+for _ in $(seq 1 100); do grep -q connected "$WORK/hold.log" && break; sleep 0.1; done
+"$CTL" status --pid $holder --json > "$WORK/s3.json" || fail "status --pid of a live process"
+python3 - "$WORK/s3.json" $holder <<'PY' || fail "the fallback is not shown"
+import json, sys
+doc = json.load(open(sys.argv[1]))
+(p,) = doc["processes"]
+assert p["pid"] == int(sys.argv[2])
+tcp = [c for c in p["connections"] if c["state"] == "tcp"]
+assert len(tcp) == 1 and tcp[0]["reason"] == "peer-plain" and tcp[0]["mode"] == "tcp", p["connections"]
+print("fallback shown:", tcp[0]["local"], "->", tcp[0]["peer"], tcp[0]["reason"])
+PY
+pass "a preloaded client of a plain server shows TCP (peer-plain)"
+
+# SIGKILL: its file stays behind, but status no longer lists it (and cleans up).
+kill -9 $holder
+wait $holder 2>/dev/null
+"$CTL" status --pid $holder > /dev/null && fail "a killed process is still listed"
+"$CTL" status --json | python3 -c '
+import json, sys
+pids = [p["pid"] for p in json.load(sys.stdin)["processes"]]
+assert int(sys.argv[1]) not in pids, pids' $holder || fail "a killed process is listed"
+[ ! -e "/dev/shm/srqshim-$(id -u)/$holder.stats" ] || fail "the stale file of a killed process is still there"
+pass "a process killed with SIGKILL is no longer listed; its stale file is removed"
+
+# The launcher and the options listing.
+out=$("$CTL" run --mode rq -- sh -c 'echo "$SRQSHIM_MODE $LD_PRELOAD"')
+[ "${out%% *}" = rq ] && echo "$out" | grep -q "libsrqshim.so" || fail "run: $out"
+"$CTL" run --mode bogus -- true 2> /dev/null && fail "run accepted a bad mode"
+"$CTL" config | grep -q "^SRQSHIM_MODE=srq (default)" || fail "config: the mode is not listed"
+SRQSHIM_SRQ_WINDOW=0 "$CTL" config > "$WORK/cfg.txt" && fail "config: a bad value gave exit 0"
+grep -q "BAD VALUE" "$WORK/cfg.txt" || fail "config: the bad value is not shown"
+"$CTL" config --json | python3 -c 'import json, sys; d = json.load(sys.stdin); assert len(d["options"]) > 10' ||
+	fail "config --json"
+pass "run sets the mode and preloads the shim; config lists every option and flags bad values"
