@@ -13,13 +13,17 @@
  * RC timing chosen for rxe under software emulation, where a round trip can
  * take milliseconds: local ACK timeout 4.096 us * 2^16 = 268 ms, 7 retries,
  * RNR retry 7 (retry without limit: RNR naks absorb momentary receive
- * exhaustion), RNR timer 12 (0.64 ms).
+ * exhaustion), RNR timer 20 (10.24 ms). A short RNR timer (12, 0.64 ms)
+ * let 64 QPs bursting into a small SRQ lock both CPUs of the test guest
+ * in rxe's requester tasklet (Linux 6.1 soft lockup); with grants issued
+ * only against free receive capacity, RNR happens in bursts of new
+ * connections only, so a longer wait costs little.
  */
 enum {
 	SS_QP_TIMEOUT = 16,
 	SS_QP_RETRY_CNT = 7,
 	SS_QP_RNR_RETRY = 7,
-	SS_QP_MIN_RNR_TIMER = 12,
+	SS_QP_MIN_RNR_TIMER = 20,
 };
 
 int ss_qp_create_rc(struct ibv_pd *pd, struct ibv_cq *send_cq, struct ibv_cq *recv_cq,

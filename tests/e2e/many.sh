@@ -24,13 +24,13 @@ check_pool() {
 	[ "$held" -le "$bound" ] || fail "$held blocks held at once, bound $bound"
 }
 
-run() { # name port bytes [slow]
+run() { # name port bytes [slow] (SERVER_ENV: more variables for the server)
 	local name=$1 port=$2 bytes=$3 slow=${4:-}
-	SRQSHIM_LOG_LEVEL=info "${SERVED[@]}" "$MC" server "$ADDR" $port $n $bytes $slow \
+	SRQSHIM_LOG_LEVEL=info "${SERVED[@]}" ${SERVER_ENV:-} "$MC" server "$ADDR" $port $n $bytes $slow \
 		> "$WORK/$name-server.log" 2>&1 &
 	local spid=$!
 	wait_listen $port
-	shimmed timeout 900 "$MC" client "$ADDR" $port $n $bytes > "$WORK/$name-client.log" 2>&1 ||
+	"${SHIMMED[@]}" timeout 900 "$MC" client "$ADDR" $port $n $bytes > "$WORK/$name-client.log" 2>&1 ||
 		{ cat "$WORK/$name-client.log" "$WORK/$name-server.log"; fail "$name: client"; }
 	wait $spid || { cat "$WORK/$name-server.log"; fail "$name: server"; }
 	grep -v "connection done\|upgraded" "$WORK/$name-server.log" "$WORK/$name-client.log"
@@ -39,10 +39,10 @@ run() { # name port bytes [slow]
 		fail "$name: not all $n connections upgraded"
 }
 
-# 1. Stress: 8 buffers at first, at most 32, against 64 send windows of 16.
-export SRQSHIM_SRQ_POOL=8 SRQSHIM_SRQ_POOL_MAX=32
+# 1. Stress: the server's pool has 8 buffers at first, at most 32, against
+# 64 send windows of 16 (the client keeps the default pool).
 r0=$(rnr)
-run stress 9400 $((2 << 20))
+SERVER_ENV="SRQSHIM_SRQ_POOL=8 SRQSHIM_SRQ_POOL_MAX=32" run stress 9400 $((2 << 20))
 rnrs=$(( $(rnr) - r0 ))
 check_pool "$WORK/stress-server.log" 32
 reqs=$(sed -n 's/.*credit requests [0-9]*\/\([0-9]*\).*/\1/p' "$WORK/stress-server.log" | awk '{s += $1} END {print s + 0}')
@@ -52,7 +52,6 @@ echo "RNR NAKs: $rnrs, hard credit requests received by the server: $reqs"
 pass "stress: $n connections x 2 MiB into a pool of at most 32 buffers, every byte checked ($rnrs RNR NAKs, $reqs hard requests)"
 
 # 2. Slow reader, default pool.
-unset SRQSHIM_SRQ_POOL SRQSHIM_SRQ_POOL_MAX
 run slow 9401 $((1 << 20)) slow
 check_pool "$WORK/slow-server.log" 4096
 grep -q "the others finished while connection 0 sat unread" "$WORK/slow-server.log" || fail "slow: the others did not finish"
