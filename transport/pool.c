@@ -86,12 +86,6 @@ int ss_pool_grow(struct ss_pool *p, uint32_t n)
 	return ret;
 }
 
-static void note_use(struct ss_pool *p)
-{
-	if (p->n_blks - p->n_free > p->peak_used)
-		p->peak_used = p->n_blks - p->n_free;
-}
-
 struct ss_blk *ss_pool_get(struct ss_pool *p, int grow)
 {
 	struct ss_blk *b;
@@ -103,7 +97,6 @@ struct ss_blk *ss_pool_get(struct ss_pool *p, int grow)
 	if (b) {
 		p->free = b->next;
 		p->n_free--;
-		note_use(p);
 	}
 	pthread_mutex_unlock(&p->lock);
 	return b;
@@ -124,7 +117,6 @@ uint32_t ss_pool_get_many(struct ss_pool *p, struct ss_blk **head_p, uint32_t ma
 		n++;
 	}
 	p->n_free -= n;
-	note_use(p);
 	pthread_mutex_unlock(&p->lock);
 	*head_p = head;
 	return n;

@@ -28,7 +28,6 @@ struct ss_pool {
 	uint32_t blk_size, chunk_blks, max_blks;
 	uint32_t n_blks; /* blocks made so far */
 	uint32_t n_free; /* on the free list */
-	uint32_t peak_used;
 	size_t reg_bytes; /* registered memory */
 	struct ss_blk *free;
 	struct ss_pool_chunk *chunks;

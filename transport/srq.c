@@ -81,7 +81,6 @@ static int grow(struct ss_srq *s, uint32_t n)
 		return got;
 	ss_pool_get_many(&s->rx, &head, (uint32_t)got);
 	post_blocks(s, head);
-	s->grown_blks += (uint32_t)got;
 	return got;
 }
 
@@ -130,7 +129,6 @@ int ss_srq_create(struct ss_worker *w, struct ss_devctx *dc, const struct ss_srq
 		ret = -ENOMEM;
 	if (ret)
 		goto err_destroy_cq;
-	s->grown_blks = 0;
 	if (ibv_req_notify_cq(s->rcq, 0) == 0)
 		s->rcq_armed = 1;
 	arm_limit(s);
@@ -477,7 +475,5 @@ void ss_srq_get_stats(struct ss_srq *s, struct ss_srq_stats *st)
 	pthread_mutex_unlock(&s->rx.lock);
 	st->posted = __atomic_load_n(&s->posted, __ATOMIC_RELAXED);
 	st->peak_held = s->peak_held;
-	st->conns = s->map_n;
 	st->limit_events = s->limit_events;
-	st->grown_blks = s->grown_blks;
 }

@@ -44,8 +44,8 @@ struct ss_txcq {
 };
 
 struct ss_srq_stats {
-	uint32_t pool_blks, pool_max, peak_held, posted, conns;
-	uint64_t limit_events, grown_blks, reg_bytes;
+	uint32_t pool_blks, pool_max, peak_held, posted;
+	uint64_t limit_events, reg_bytes;
 };
 
 struct ss_srq {
@@ -70,7 +70,7 @@ struct ss_srq {
 	struct ss_conn **map_conn;
 	uint32_t map_cap, map_n;
 	uint32_t peak_held; /* most blocks held by connections at once */
-	uint64_t limit_events, grown_blks;
+	uint64_t limit_events;
 };
 
 /* Makes the SRQ side of dc. Returns 0 and sets *srq_p, or -errno. */
