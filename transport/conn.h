@@ -84,7 +84,6 @@ struct ss_worker_stats {
 	uint32_t srq_posted;       /* blocks posted on the SRQ now, */
 	uint32_t srq_peak_held;    /* and the most held by connections at once */
 	uint64_t srq_limit_events; /* SRQ limit events (each grew the pool unless at the bound) */
-	uint64_t rnr_naks;         /* RNR NAKs our QPs received (device counter, all processes) */
 };
 
 /* Statistics snapshot of w. */

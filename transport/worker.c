@@ -194,26 +194,6 @@ out:
 	return ret;
 }
 
-/* A device counter from sysfs (0 where the device has none). */
-static uint64_t hw_counter(const struct ss_device *dev, const char *name)
-{
-	char path[256], buf[32];
-	ssize_t n;
-	int fd;
-
-	snprintf(path, sizeof(path), "/sys/class/infiniband/%s/ports/%u/hw_counters/%s", dev->name,
-		 dev->port, name);
-	fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
-		return 0;
-	n = read(fd, buf, sizeof(buf) - 1);
-	close(fd);
-	if (n <= 0)
-		return 0;
-	buf[n] = '\0';
-	return strtoull(buf, NULL, 10);
-}
-
 void ss_worker_get_stats(struct ss_worker *w, struct ss_worker_stats *st)
 {
 	memset(st, 0, sizeof(*st));
@@ -237,7 +217,6 @@ void ss_worker_get_stats(struct ss_worker *w, struct ss_worker_stats *st)
 			st->srq_limit_events += ss.limit_events;
 			st->reg_bytes += ss.reg_bytes;
 		}
-		st->rnr_naks += hw_counter(dc->dev, "rcvd_rnr_err");
 	}
 	pthread_mutex_unlock(&w->lock);
 }
