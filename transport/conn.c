@@ -531,24 +531,27 @@ static int rq_post_initial(struct ss_conn *c)
 	return ret;
 }
 
-/* Polls one of our CQs dry; returns true if new readable data came. */
-static bool rq_poll_dry(struct ss_conn *c, struct ibv_cq *cq)
+/*
+ * Polls one of our CQs dry; returns how many completions it took, and sets
+ * *edge if new readable data came.
+ */
+static int rq_poll_dry(struct ss_conn *c, struct ibv_cq *cq, bool *edge)
 {
 	bool recv = cq == c->cq;
 	struct ibv_wc wc[16];
-	bool edge = false;
-	int n;
+	int n, total = 0;
 
 	do {
 		n = ibv_poll_cq(cq, 16, wc);
 		if (n < 0) {
 			fail(c, "poll_cq failed");
-			return edge;
+			return total;
 		}
 		for (int i = 0; i < n; i++)
-			edge |= on_completion(c, &wc[i], recv);
+			*edge |= on_completion(c, &wc[i], recv);
+		total += n;
 	} while (n == 16);
-	return edge;
+	return total;
 }
 
 /*
@@ -566,12 +569,14 @@ static bool send_waiters(const struct ss_conn *c)
 /* Takes the send completions there are; arms their CQ when someone will wait for more. */
 static void rq_reap_sends(struct ss_conn *c)
 {
-	rq_poll_dry(c, c->scq);
+	bool edge = false;
+
+	rq_poll_dry(c, c->scq, &edge);
 	flush(c);
 	if (send_waiters(c)) {
 		if (ibv_req_notify_cq(c->scq, 0) != 0)
 			fail(c, "req_notify_cq failed");
-		rq_poll_dry(c, c->scq);
+		rq_poll_dry(c, c->scq, &edge);
 		flush(c);
 	}
 }
@@ -582,8 +587,8 @@ static void rq_progress(struct ss_conn *c)
 
 	if (c->st == ST_DEAD)
 		return;
-	edge |= rq_poll_dry(c, c->scq);
-	edge |= rq_poll_dry(c, c->cq);
+	rq_poll_dry(c, c->scq, &edge);
+	rq_poll_dry(c, c->cq, &edge);
 	/*
 	 * Arm, then poll again: a completion between the two polls is not lost.
 	 * While an application thread spins on the CQ it needs no events.
@@ -591,7 +596,7 @@ static void rq_progress(struct ss_conn *c)
 	if (!c->spinners) {
 		if (ibv_req_notify_cq(c->cq, 0) != 0)
 			fail(c, "req_notify_cq failed");
-		edge |= rq_poll_dry(c, c->cq);
+		rq_poll_dry(c, c->cq, &edge);
 	}
 	after_events(c, edge); /* reaps the sends */
 }
@@ -599,7 +604,7 @@ static void rq_progress(struct ss_conn *c)
 static bool rq_spin(struct ss_conn *c, unsigned usec)
 {
 	uint64_t end = ss_now_us() + usec;
-	bool got = false;
+	bool got = false, edge = false; /* edges are for the progress thread's reports */
 
 	pthread_mutex_lock(&c->lock);
 	c->spinners++;
@@ -608,10 +613,14 @@ static bool rq_spin(struct ss_conn *c, unsigned usec)
 			got = true;
 			break;
 		}
-		/* No re-arming and no readiness report: the caller consumes what comes. */
-		got = rq_poll_dry(c, c->cq) | rq_poll_dry(c, c->scq);
-		if (got) {
+		/*
+		 * No re-arming and no readiness report: the caller tries its call
+		 * again after any completion. A pure grant or a send completion
+		 * brings no data but may let queued data go: flush at once.
+		 */
+		if (rq_poll_dry(c, c->cq, &edge) + rq_poll_dry(c, c->scq, &edge) > 0) {
 			flush(c);
+			got = true;
 			break;
 		}
 		if (ss_now_us() >= end)
@@ -629,7 +638,7 @@ static bool rq_spin(struct ss_conn *c, unsigned usec)
 		 */
 		if (ibv_req_notify_cq(c->cq, 0) != 0)
 			fail(c, "req_notify_cq failed");
-		if (rq_poll_dry(c, c->cq)) {
+		if (rq_poll_dry(c, c->cq, &edge) > 0) {
 			flush(c);
 			got = true;
 		}
