@@ -52,26 +52,41 @@ port=6411
 redis-server --bind "$ADDR" --port $port --save '' --appendonly no --protected-mode no \
 	> "$WORK/plain.log" 2>&1 &
 wait_listen $port
+# It then forks, and the child connects on its own: the child publishes its own
+# statistics, with its own connection only.
 "${SHIMMED[@]}" python3 -c '
-import socket, sys, time
-s = socket.create_connection((sys.argv[1], int(sys.argv[2])))
-s.sendall(b"PING\r\n"); s.recv(100); print("connected", flush=True); time.sleep(120)' "$ADDR" $port > "$WORK/hold.log" &
+import os, socket, sys, time
+def connect():
+    s = socket.create_connection((sys.argv[1], int(sys.argv[2])))
+    s.sendall(b"PING\r\n"); s.recv(100)
+    return s
+s = connect()
+pid = os.fork()
+if pid == 0:
+    c = connect(); print("child", os.getpid(), c.getsockname()[1], flush=True); time.sleep(120); os._exit(0)
+print("connected", s.getsockname()[1], flush=True); time.sleep(120)' "$ADDR" $port > "$WORK/hold.log" &
 holder=$!
-for _ in $(seq 1 100); do grep -q connected "$WORK/hold.log" && break; sleep 0.1; done
+for _ in $(seq 1 100); do grep -q connected "$WORK/hold.log" && grep -q child "$WORK/hold.log" && break; sleep 0.1; done
+read -r _ child child_port < <(grep child "$WORK/hold.log")
+read -r _ holder_port < <(grep connected "$WORK/hold.log")
 "$CTL" status --pid $holder --json > "$WORK/s3.json" || fail "status --pid of a live process"
-python3 - "$WORK/s3.json" $holder <<'PY' || fail "the fallback is not shown"
+"$CTL" status --pid "$child" --json > "$WORK/s4.json" || fail "status --pid of a forked child"
+python3 - "$WORK/s3.json" $holder $holder_port "$WORK/s4.json" "$child" "$child_port" <<'PY' || fail "the fallback is not shown"
 import json, sys
-doc = json.load(open(sys.argv[1]))
-(p,) = doc["processes"]
-assert p["pid"] == int(sys.argv[2])
-tcp = [c for c in p["connections"] if c["state"] == "tcp"]
-assert len(tcp) == 1 and tcp[0]["reason"] == "peer-plain" and tcp[0]["mode"] == "tcp", p["connections"]
-print("fallback shown:", tcp[0]["local"], "->", tcp[0]["peer"], tcp[0]["reason"])
+for f, pid, port in (sys.argv[1:4], sys.argv[4:7]):
+    doc = json.load(open(f))
+    (p,) = doc["processes"]
+    assert p["pid"] == int(pid)
+    tcp = [c for c in p["connections"] if c["state"] == "tcp"]
+    assert len(p["connections"]) == 1 and len(tcp) == 1, p["connections"]
+    assert tcp[0]["reason"] == "peer-plain" and tcp[0]["mode"] == "tcp", tcp
+    assert tcp[0]["local"].endswith(":" + port), (tcp[0]["local"], port)
+    print("pid %s: fallback shown: %s -> %s %s" % (pid, tcp[0]["local"], tcp[0]["peer"], tcp[0]["reason"]))
 PY
-pass "a preloaded client of a plain server shows TCP (peer-plain)"
+pass "a preloaded client of a plain server shows TCP (peer-plain); its forked child lists its own connection"
 
 # SIGKILL: its file stays behind, but status no longer lists it (and cleans up).
-kill -9 $holder
+kill -9 $holder "$child"
 wait $holder 2>/dev/null || true
 "$CTL" status --pid $holder > /dev/null && fail "a killed process is still listed"
 "$CTL" status --json | python3 -c '
