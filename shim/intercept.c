@@ -112,36 +112,30 @@ static bool nonblocking(int fd)
 	return fl >= 0 && (fl & O_NONBLOCK);
 }
 
-/* A socket timeout (SO_RCVTIMEO/SO_SNDTIMEO of the TCP socket) in ms; -1: none. */
-static int sock_timeout_ms(struct ss_sock *s, int opt)
-{
-	struct timeval tv;
-	socklen_t len = sizeof(tv);
-
-	if (ss_real.getsockopt(s->tcp_fd, SOL_SOCKET, opt, &tv, &len) != 0 ||
-	    (tv.tv_sec == 0 && tv.tv_usec == 0))
-		return -1;
-	return (int)(tv.tv_sec * 1000 + (tv.tv_usec + 999) / 1000);
-}
-
 /*
  * Waits until the application's fd shows events: first by polling the
  * connection's completion queues from this thread (SRQSHIM_POLL_US), which
- * spares the hop through the progress thread, then by sleeping in poll(2).
- * Returns 0, -EAGAIN (timeout) or -EINTR.
+ * spares the hop through the progress thread, then by sleeping in a
+ * blocking call on the application's socketpair end that ends when it
+ * shows the event: a peek at the readable token (or end of file), or a
+ * one-byte write that goes through once the junk that shows "not writable"
+ * is gone (the byte is junk too, drained with the rest). Unlike poll(2),
+ * these are restarted after a signal handler installed with SA_RESTART, and
+ * they honour SO_RCVTIMEO and SO_SNDTIMEO, which the application's end
+ * carries: a TCP read or write would do the same. Returns 0 (something
+ * changed: the caller tries again), -EAGAIN (timeout) or -EINTR.
  */
-static int wait_app_fd(struct ss_sock *s, int fd, short events, int timeout_ms)
+static int wait_app_fd(struct ss_sock *s, int fd, bool out)
 {
-	struct pollfd p = {.fd = fd, .events = events};
-	int n;
+	char b = 0;
+	ssize_t n;
 
 	if (ss_cfg.poll_us > 0 && ss_tp->conn_spin(s->conn, (unsigned)ss_cfg.poll_us))
-		return 0; /* something changed: the caller tries again */
-	n = ss_real.poll(&p, 1, timeout_ms);
-
-	if (n > 0)
 		return 0;
-	return n == 0 ? -EAGAIN : -errno;
+	n = out ? ss_real.send(fd, &b, 1, MSG_NOSIGNAL) : ss_real.recv(fd, &b, 1, MSG_PEEK);
+	if (n >= 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR))
+		return 0; /* shown, or our end shut down: the connection's state says what */
+	return errno == EINTR ? -EINTR : -EAGAIN;
 }
 
 /* A connection that is plain for good needs no entry: its calls go straight to libc. */
@@ -246,7 +240,7 @@ static ssize_t up_recv(struct ss_sock *s, int fd, const struct iovec *iov, int n
 		/* The O_NONBLOCK flag is looked up only when the call would block. */
 		if ((flags & MSG_DONTWAIT) || nonblocking(fd))
 			return got ? (ssize_t)got : -EAGAIN;
-		int w = wait_app_fd(s, fd, POLLIN, sock_timeout_ms(s, SO_RCVTIMEO));
+		int w = wait_app_fd(s, fd, false);
 		if (w)
 			return got ? (ssize_t)got : w;
 	}
@@ -272,7 +266,7 @@ static ssize_t up_send(struct ss_sock *s, int fd, const struct iovec *iov, int n
 			continue;
 		}
 		if (r == -EAGAIN && !(flags & MSG_DONTWAIT) && !nonblocking(fd)) {
-			int w = wait_app_fd(s, fd, POLLOUT, sock_timeout_ms(s, SO_SNDTIMEO));
+			int w = wait_app_fd(s, fd, true);
 			if (w == 0)
 				continue;
 			r = w;

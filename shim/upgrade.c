@@ -292,6 +292,16 @@ static int swap_in_pair(struct ss_sock *s)
 	/* A small buffer on the application's end: little junk shows "not writable". */
 	int small = 1;
 	ss_real.setsockopt(sv[0], SOL_SOCKET, SO_SNDBUF, &small, sizeof(small));
+	/* Blocking calls wait on the application's end: it takes over the socket's timeouts. */
+	static const int timeouts[] = {SO_RCVTIMEO, SO_SNDTIMEO};
+	for (int i = 0; i < 2; i++) {
+		struct timeval tv;
+		socklen_t len = sizeof(tv);
+
+		if (ss_real.getsockopt(tcp, SOL_SOCKET, timeouts[i], &tv, &len) == 0 &&
+		    (tv.tv_sec || tv.tv_usec))
+			ss_real.setsockopt(sv[0], SOL_SOCKET, timeouts[i], &tv, len);
+	}
 	ss_real.fcntl(shim, F_SETFL, O_NONBLOCK);
 	s->tcp_fd = tcp;
 	s->shim_fd = shim;

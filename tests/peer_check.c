@@ -12,11 +12,19 @@
  *       exchange a byte every 50 ms until the peer is gone; print how long
  *       after the last byte the end (EOF or ECONNRESET) was seen; exit 0
  *       when it was seen, 1 otherwise
+ *   peer_check calls-server ADDR PORT | calls-client ADDR PORT
+ *       what TCP does with time, as TCP does it: corked data (TCP_CORK,
+ *       MSG_MORE) goes out after at most 200 ms even without an uncork;
+ *       a read with SO_RCVTIMEO (set before connect) times out with EAGAIN;
+ *       a read that signals interrupt goes on under SA_RESTART and fails
+ *       with EINTR without it; writes to a peer that does not read fail
+ *       with EAGAIN under SO_SNDTIMEO, and every byte accepted arrives
  */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdint.h>
@@ -24,6 +32,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -204,6 +213,152 @@ static int hold(int fd)
 	}
 }
 
+/*
+ * Answers the client's commands: 'e': echoes the next 5 bytes; 'd': a byte
+ * a second later; 'h': reads nothing for 1.5 s, then counts to EOF.
+ */
+static int calls_server(int fd)
+{
+	static uint8_t buf[65536];
+	char cmd;
+
+	while (read_full(fd, (uint8_t *)&cmd, 1) == 1) {
+		if (cmd == 'e') {
+			if (read_full(fd, buf, 5) != 5)
+				die("echo");
+			write_all(fd, buf, 5);
+		} else if (cmd == 'd') {
+			sleep(1);
+			write_all(fd, "D", 1);
+		} else if (cmd == 'h') {
+			uint64_t count = 0;
+			ssize_t n;
+
+			usleep(1500000);
+			while ((n = read(fd, buf, sizeof(buf))) > 0 || (n < 0 && errno == EINTR))
+				count += n > 0 ? (uint64_t)n : 0;
+			write_all(fd, &count, sizeof(count));
+			break;
+		}
+	}
+	close(fd);
+	return 0;
+}
+
+static volatile sig_atomic_t n_signals;
+
+static void on_alarm(int sig)
+{
+	(void)sig;
+	n_signals++;
+}
+
+/* SIGALRM every 20 ms with (restart) or without SA_RESTART; 0: stop. */
+static void alarms(int on, int restart)
+{
+	struct sigaction sa = {.sa_handler = on_alarm, .sa_flags = restart ? SA_RESTART : 0};
+	struct itimerval it = {{0, on ? 20000 : 0}, {0, on ? 20000 : 0}};
+
+	sigemptyset(&sa.sa_mask);
+	if (sigaction(SIGALRM, &sa, NULL) != 0 || setitimer(ITIMER_REAL, &it, NULL) != 0)
+		die("sigaction/setitimer");
+}
+
+static int check(int ok, const char *what)
+{
+	if (!ok)
+		fprintf(stderr, "peer_check: calls-client: %s (errno %s)\n", what, strerror(errno));
+	return ok;
+}
+
+static void set_timeout(int fd, int opt, long usec)
+{
+	struct timeval tv = {usec / 1000000, usec % 1000000};
+
+	if (setsockopt(fd, SOL_SOCKET, opt, &tv, sizeof(tv)) != 0)
+		die("setsockopt");
+}
+
+static int calls_client(struct sockaddr_in *sa)
+{
+	static uint8_t buf[65536];
+	int fd = socket(AF_INET, SOCK_STREAM, 0), one = 1, zero = 0;
+	uint64_t sent = 0, count = 0;
+	ssize_t n;
+	char c;
+
+	/* SO_RCVTIMEO set before connect: the server sends nothing unasked. */
+	set_timeout(fd, SO_RCVTIMEO, 200000);
+	if (fd < 0 || connect(fd, (struct sockaddr *)sa, sizeof(*sa)) != 0)
+		die("connect");
+	n = read(fd, &c, 1);
+	if (!check(n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK), "SO_RCVTIMEO: no EAGAIN"))
+		return 1;
+	set_timeout(fd, SO_RCVTIMEO, 0);
+
+	/* Corked, then waiting for the answer without uncorking: the cork times out. */
+	if (setsockopt(fd, IPPROTO_TCP, TCP_CORK, &one, sizeof(one)) != 0)
+		die("TCP_CORK");
+	write_all(fd, "e", 1);
+	write_all(fd, "hello", 5);
+	if (!check(read_full(fd, buf, 5) == 5 && memcmp(buf, "hello", 5) == 0, "TCP_CORK: no echo"))
+		return 1;
+	if (setsockopt(fd, IPPROTO_TCP, TCP_CORK, &zero, sizeof(zero)) != 0)
+		die("TCP_CORK off");
+	if (send(fd, "e", 1, MSG_MORE) != 1 || send(fd, "world", 5, MSG_MORE) != 5)
+		die("send MSG_MORE");
+	if (!check(read_full(fd, buf, 5) == 5 && memcmp(buf, "world", 5) == 0, "MSG_MORE: no echo"))
+		return 1;
+
+	/* Signals every 20 ms during a one-second wait, with SA_RESTART: the read goes on. */
+	alarms(1, 1);
+	write_all(fd, "d", 1);
+	n_signals = 0;
+	n = read(fd, &c, 1);
+	alarms(0, 1);
+	if (!check(n == 1 && c == 'D', "SA_RESTART: the read did not go on") ||
+	    !check(n_signals > 0, "SA_RESTART: no signal came during the read"))
+		return 1;
+	printf("peer_check: calls-client: SA_RESTART: the read went on through %d signals\n",
+	       (int)n_signals);
+
+	/* Without SA_RESTART the first signal ends the read with EINTR. */
+	alarms(1, 0);
+	write_all(fd, "d", 1);
+	n = read(fd, &c, 1);
+	alarms(0, 0);
+	if (!check(n < 0 && errno == EINTR, "no SA_RESTART: the read did not fail with EINTR"))
+		return 1;
+	if (!check(read(fd, &c, 1) == 1 && c == 'D', "the answer after EINTR"))
+		return 1;
+
+	/* SO_SNDTIMEO: the server does not read for 1.5 s; writes end with EAGAIN. */
+	write_all(fd, "h", 1);
+	set_timeout(fd, SO_SNDTIMEO, 200000);
+	for (;;) {
+		for (size_t i = 0; i < sizeof(buf); i++)
+			buf[i] = pattern(sent + i);
+		n = write(fd, buf, sizeof(buf));
+		if (n < 0)
+			break;
+		sent += (uint64_t)n;
+		if (!check(sent < (1u << 30), "SO_SNDTIMEO: 1 GiB written to a peer that does not read"))
+			return 1;
+	}
+	if (!check(errno == EAGAIN || errno == EWOULDBLOCK, "SO_SNDTIMEO: no EAGAIN"))
+		return 1;
+	set_timeout(fd, SO_SNDTIMEO, 0);
+	if (shutdown(fd, SHUT_WR) != 0)
+		die("shutdown");
+	if (!check(read_full(fd, (uint8_t *)&count, 8) == 8 && count == sent,
+		   "the server did not get every byte accepted"))
+		return 1;
+	printf("peer_check: calls-client: corks, SO_RCVTIMEO, EINTR and SO_SNDTIMEO (after %llu bytes) as TCP\n",
+	       (unsigned long long)sent);
+	close(fd);
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	setvbuf(stdout, NULL, _IOLBF, 0);
@@ -224,6 +379,15 @@ int main(int argc, char **argv)
 		}
 		if (strcmp(argv[1], "hold-client") == 0)
 			return hold(connect_to(&sa));
+		if (strcmp(argv[1], "calls-server") == 0) {
+			int l = listen_on(&sa), fd;
+			fd = accept(l, NULL, NULL);
+			if (fd < 0)
+				die("accept");
+			return calls_server(fd);
+		}
+		if (strcmp(argv[1], "calls-client") == 0)
+			return calls_client(&sa);
 	}
 	fprintf(stderr, "usage: see the comment at the top of tests/peer_check.c\n");
 	return 2;

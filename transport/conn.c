@@ -34,6 +34,8 @@
 #define SS_LAST_WQE_MS 100
 /* Retry of a grant held back for want of receive capacity, or of a send pool that was dry. */
 #define SS_RETRY_MS 2
+/* How long MSG_MORE or TCP_CORK may hold a partial slot back (Linux TCP's cork timer). */
+#define SS_CORK_MS 200
 
 enum conn_state {
 	ST_CREATED,   /* QP made, receives posted */
@@ -118,6 +120,7 @@ struct ss_conn {
 	uint32_t *tx_len;
 	uint32_t tx_done, tx_posted, tx_open; /* sequence numbers of slots */
 	bool tx_hold;                          /* MSG_MORE: keep the partial last slot */
+	uint64_t hold_until;                   /* ... until then at most (0: nothing held) */
 	bool tx_starved;                       /* the send pool was dry */
 	uint64_t retry_at;                     /* a withheld grant or a dry pool is retried then */
 
@@ -862,6 +865,10 @@ void ss_conn_on_timer(struct ss_conn *c, uint64_t now_ms)
 		if (c->tx_starved)
 			arm_retry(c);
 	}
+	if (c->hold_until && now_ms >= c->hold_until) {
+		c->tx_hold = false;
+		c->hold_until = 0;
+	}
 	if (c->st == ST_RUNNING) {
 		c->be->progress(c);
 		if (c->st == ST_RUNNING && c->gone_deadline && !c->cr.eos_received &&
@@ -876,6 +883,8 @@ void ss_conn_on_timer(struct ss_conn *c, uint64_t now_ms)
 	/* Still waiting for something: back on the list. */
 	if (c->st != ST_DEAD && c->retry_at)
 		arm_timer(c, c->retry_at);
+	if (c->st != ST_DEAD && c->hold_until)
+		arm_timer(c, c->hold_until);
 	if (c->st == ST_RUNNING && c->gone_deadline > now_ms && !c->cr.eos_received)
 		arm_timer(c, c->gone_deadline);
 	pthread_mutex_unlock(&c->lock);
@@ -1113,6 +1122,13 @@ ssize_t ss_conn_send(struct ss_conn *c, const struct iovec *iov, int iovcnt, boo
 	}
 full:
 	c->tx_hold = more && taken;
+	if (!c->tx_hold) {
+		c->hold_until = 0;
+	} else if (!c->hold_until) {
+		/* Held data goes out at the latest after the cork time, as TCP's does. */
+		c->hold_until = ss_now_ms() + SS_CORK_MS;
+		arm_timer(c, c->hold_until);
+	}
 	push(c);
 	ret = taken ? (ssize_t)taken : -EAGAIN;
 	report(c, false);
@@ -1199,6 +1215,7 @@ int ss_conn_shutdown_wr(struct ss_conn *c)
 	if (c->st == ST_RUNNING || c->st == ST_CONNECTED) {
 		c->eos_wanted = true;
 		c->tx_hold = false;
+		c->hold_until = 0;
 		push(c);
 		report(c, false);
 	} else if (c->st != ST_FAILED) {
@@ -1234,6 +1251,7 @@ int ss_conn_drain(struct ss_conn *c, int timeout_ms)
 
 	pthread_mutex_lock(&c->lock);
 	c->tx_hold = false;
+	c->hold_until = 0;
 	c->draining = true;
 	push(c);
 	/* A peer whose TCP end is gone has closed its QP too: nobody is left to deliver to. */

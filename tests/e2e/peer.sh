@@ -17,6 +17,24 @@ timeout 120 "$PC" greet-client "$ADDR" $port 300000 || fail "plain client of a p
 wait $gs || { cat "$WORK/gs.log"; fail "greet-server"; }
 pass "server-first protocol, write-then-close: preloaded and plain clients got every byte"
 
+# What TCP does with time, the shim does too: a cork (TCP_CORK, MSG_MORE)
+# times out, blocking calls honour SA_RESTART, EINTR, SO_RCVTIMEO and
+# SO_SNDTIMEO. First over kernel TCP, to show that the checks hold there.
+for how in plain shimmed; do
+	port=$((port + 1))
+	pre=(); [ $how = shimmed ] && pre=("${SERVED[@]}")
+	"${pre[@]}" "$PC" calls-server "$ADDR" $port > "$WORK/ss.log" 2>&1 &
+	ss_pid=$!
+	wait_listen $port
+	before=$(rdma_pkts)
+	pre=(); [ $how = shimmed ] && pre=("${SHIMMED[@]}")
+	"${pre[@]}" timeout 120 "$PC" calls-client "$ADDR" $port || fail "corks, signals and timeouts ($how)"
+	wait $ss_pid || { cat "$WORK/ss.log"; fail "calls-server ($how)"; }
+	pkts=$(( $(rdma_pkts) - before ))
+	if [ $how = shimmed ]; then [ $pkts -gt 100 ] || fail "calls: only $pkts RDMA packets"; fi
+	pass "corks, signals and socket timeouts ($how): as over TCP ($pkts RDMA packets)"
+done
+
 for victim in server client; do
 	port=$((port + 1))
 	"${SERVED[@]}" "$PC" hold-server "$ADDR" $port > "$WORK/hs.log" 2>&1 &
