@@ -119,8 +119,7 @@ struct ss_conn {
 	struct ss_blk **tx_blk;
 	uint32_t *tx_len;
 	uint32_t tx_done, tx_posted, tx_open; /* sequence numbers of slots */
-	bool tx_hold;                          /* MSG_MORE: keep the partial last slot */
-	uint64_t hold_until;                   /* ... until then at most (0: nothing held) */
+	uint64_t hold_until;                   /* MSG_MORE: keep the partial last slot until then (0: no) */
 	bool tx_starved;                       /* the send pool was dry */
 	uint64_t retry_at;                     /* a withheld grant or a dry pool is retried then */
 
@@ -267,7 +266,7 @@ static void flush(struct ss_conn *c)
 	while (tx_pending(c) && ss_credit_can_send_data(&c->cr)) {
 		bool last = c->tx_posted + 1 == c->tx_open;
 
-		if (last && c->tx_hold && c->tx_len[c->tx_posted % c->n_tx] < c->tx_slot_size)
+		if (last && c->hold_until && c->tx_len[c->tx_posted % c->n_tx] < c->tx_slot_size)
 			break;
 		if (post_send(c, SS_KIND_DATA, c->tx_posted, !last) < 0)
 			return;
@@ -865,10 +864,8 @@ void ss_conn_on_timer(struct ss_conn *c, uint64_t now_ms)
 		if (c->tx_starved)
 			arm_retry(c);
 	}
-	if (c->hold_until && now_ms >= c->hold_until) {
-		c->tx_hold = false;
+	if (c->hold_until && now_ms >= c->hold_until)
 		c->hold_until = 0;
-	}
 	if (c->st == ST_RUNNING) {
 		c->be->progress(c);
 		if (c->st == ST_RUNNING && c->gone_deadline && !c->cr.eos_received &&
@@ -1121,8 +1118,7 @@ ssize_t ss_conn_send(struct ss_conn *c, const struct iovec *iov, int iovcnt, boo
 		}
 	}
 full:
-	c->tx_hold = more && taken;
-	if (!c->tx_hold) {
+	if (!more || !taken) {
 		c->hold_until = 0;
 	} else if (!c->hold_until) {
 		/* Held data goes out at the latest after the cork time, as TCP's does. */
@@ -1214,7 +1210,6 @@ int ss_conn_shutdown_wr(struct ss_conn *c)
 	pthread_mutex_lock(&c->lock);
 	if (c->st == ST_RUNNING || c->st == ST_CONNECTED) {
 		c->eos_wanted = true;
-		c->tx_hold = false;
 		c->hold_until = 0;
 		push(c);
 		report(c, false);
@@ -1250,7 +1245,6 @@ int ss_conn_drain(struct ss_conn *c, int timeout_ms)
 	int ret = 0;
 
 	pthread_mutex_lock(&c->lock);
-	c->tx_hold = false;
 	c->hold_until = 0;
 	c->draining = true;
 	push(c);
