@@ -766,7 +766,7 @@ static bool srq_spin(struct ss_conn *c, unsigned usec)
 	pthread_mutex_unlock(&c->lock);
 	ss_srq_spin_begin(c->srq);
 	for (;;) {
-		ss_srq_progress(c->srq, 0);
+		ss_srq_try_progress(c->srq);
 		if (__atomic_load_n(&c->seen, __ATOMIC_ACQUIRE) != seen) {
 			got = true;
 			break;

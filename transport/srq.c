@@ -373,6 +373,15 @@ void ss_srq_progress(struct ss_srq *s, int rearm)
 	pthread_mutex_unlock(&s->poll_lock);
 }
 
+bool ss_srq_try_progress(struct ss_srq *s)
+{
+	if (pthread_mutex_trylock(&s->poll_lock) != 0)
+		return false;
+	poll_all(s);
+	pthread_mutex_unlock(&s->poll_lock);
+	return true;
+}
+
 void ss_srq_want_tx(struct ss_srq *s, bool want)
 {
 	/* The first waiter wakes the progress thread, which arms the send CQs. */

@@ -107,6 +107,13 @@ void ss_srq_repost(struct ss_srq *s, struct ss_blk *chain);
 void ss_srq_progress(struct ss_srq *s, int rearm);
 
 /*
+ * ss_srq_progress(s, 0) unless another thread polls already (it hands out
+ * what comes to every connection): returns false then. For spinners, which
+ * would otherwise queue up on the poll lock.
+ */
+bool ss_srq_try_progress(struct ss_srq *s);
+
+/*
  * A connection starts (want) or stops waiting for a send completion (full
  * ring, drain, end of stream, a control message without room): while any
  * waits, the send CQs raise events. Otherwise sends are reaped on the way,
