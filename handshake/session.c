@@ -2,19 +2,10 @@
 
 #include <errno.h>
 #include <sys/socket.h>
-#include <time.h>
-
-uint64_t ss_hs_now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
 
 static int remaining(uint64_t deadline_ms)
 {
-	uint64_t now = ss_hs_now_ms();
+	uint64_t now = ss_now_ms();
 
 	return deadline_ms > now ? (int)(deadline_ms - now) : 0;
 }

@@ -11,6 +11,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "handshake/clock.h"
 #include "handshake/hello.h"
 
 struct ss_hs_io {
@@ -27,9 +28,6 @@ enum ss_hs_read_result {
 	SS_HSR_TIMEOUT,   /* the deadline passed first (a partial message stays in place) */
 	SS_HSR_ERROR,     /* the connection failed (reset, ...) */
 };
-
-/* Milliseconds on CLOCK_MONOTONIC. */
-uint64_t ss_hs_now_ms(void);
 
 /* Writes m completely before deadline_ms. Returns 0, -ETIMEDOUT or -errno. */
 int ss_hs_write(const struct ss_hs_io *io, int fd, const struct ss_msg *m, uint64_t deadline_ms);

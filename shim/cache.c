@@ -149,7 +149,7 @@ enum ss_dest_state ss_cache_begin(const struct sockaddr *dst, bool *prober_p)
 {
 	static struct cache_file f; /* big: not on the application's stack */
 	static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
-	uint64_t give_up = ss_hs_now_ms() + PROBE_WAIT_MS;
+	uint64_t give_up = ss_now_ms() + PROBE_WAIT_MS;
 	uint8_t addr[16];
 	uint16_t port;
 
@@ -169,7 +169,7 @@ enum ss_dest_state ss_cache_begin(const struct sockaddr *dst, bool *prober_p)
 			st = SS_DEST_PLAIN;
 		} else if (r->state == REC_SHIMMED) {
 			st = SS_DEST_SHIMMED;
-		} else if (r->state == REC_PROBING && prober_alive(r) && ss_hs_now_ms() < give_up) {
+		} else if (r->state == REC_PROBING && prober_alive(r) && ss_now_ms() < give_up) {
 			wait = true;
 		} else {
 			/* Unknown (or its prober died or took too long): we probe. */

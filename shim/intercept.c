@@ -193,7 +193,7 @@ static int strip_late_hello(struct ss_sock *s, int fd, int flags)
 				goto out;
 			}
 		}
-		r = ss_hs_read(&ss_real_io, fd, &m, ss_hs_now_ms() + 200, NULL);
+		r = ss_hs_read(&ss_real_io, fd, &m, ss_now_ms() + 200, NULL);
 		if (r == SS_HSR_TIMEOUT && ((flags & MSG_DONTWAIT) || nonblocking(fd))) {
 			ret = -EAGAIN;
 			goto out;
@@ -201,7 +201,7 @@ static int strip_late_hello(struct ss_sock *s, int fd, int flags)
 		if (r == SS_HSR_MSG) {
 			struct ss_msg d = {.type = SS_MSG_DECLINE, .nonce = m.nonce,
 					   .reason = SS_REASON_TIMEOUT};
-			ss_hs_write(&ss_real_io, fd, &d, ss_hs_now_ms() + 1000);
+			ss_hs_write(&ss_real_io, fd, &d, ss_now_ms() + 1000);
 		}
 		s->strip_hello = false;
 	}

@@ -347,7 +347,7 @@ static void become_upgraded(struct ss_sock *s, const struct ss_params *peer)
 
 static uint64_t deadline_in(int ms)
 {
-	return ss_hs_now_ms() + (uint64_t)ms;
+	return ss_now_ms() + (uint64_t)ms;
 }
 
 /* The TCP round trip, for raising waits on slow paths (0 if unknown). */
@@ -607,7 +607,7 @@ static int client_connect(struct ss_sock *s, int fd, const struct sockaddr *addr
 	}
 	hello.params = mine;
 	if (getrandom(&hello.nonce, sizeof(hello.nonce), 0) != sizeof(hello.nonce))
-		hello.nonce = (uint32_t)ss_hs_now_ms();
+		hello.nonce = (uint32_t)ss_now_ms();
 	deadline = deadline_in(ss_cfg.hello_timeout_ms + 4 * rtt_ms(fd));
 	if (ss_hs_write(&ss_real_io, fd, &hello, deadline) != 0) {
 		r = SS_REASON_PEER_PLAIN;

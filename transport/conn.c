@@ -3,155 +3,25 @@
  * blocks from the device's send pool, received messages queued until the
  * application reads them, and the credit rules of credit.h. Every SEND
  * carries its kind and the credits it returns in the immediate data
- * (docs/protocol.md, part 2). Where receives come from is the backend's
- * business (struct backend below): a private receive queue with its own
- * buffers and CQs, or the worker's SRQ with shared pool and CQs (srq.h).
+ * (docs/protocol.md, part 3). Where receives come from is the backend's
+ * business (struct backend in conn_int.h): a private receive queue with
+ * its own buffers and CQs (conn_rq.c), or the worker's SRQ with shared
+ * pool and CQs (conn_srq.c, srq.c).
  */
-#include "transport/conn.h"
+#include "transport/conn_int.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
 #include <stddef.h>
-#include <pthread.h>
-#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
 #include <time.h>
 
-#include <infiniband/verbs.h>
-
-#include "transport/credit.h"
 #include "transport/log.h"
-#include "transport/pool.h"
 #include "transport/qp.h"
 #include "transport/srq.h"
 #include "transport/worker.h"
-
-/* How long a peer whose TCP connection ended may still deliver over RDMA. */
-#define SS_GONE_GRACE_MS 500
-/* How long a QP on an SRQ may wait for its last-WQE event before it is destroyed anyway. */
-#define SS_LAST_WQE_MS 100
-/* Retry of a grant held back for want of receive capacity, or of a send pool that was dry. */
-#define SS_RETRY_MS 2
-/* How long MSG_MORE or TCP_CORK may hold a partial slot back (Linux TCP's cork timer). */
-#define SS_CORK_MS 200
-
-enum conn_state {
-	ST_CREATED,   /* QP made, receives posted */
-	ST_CONNECTED, /* QP in RTS; waiting for the commit point */
-	ST_RUNNING,   /* data flows */
-	ST_FAILED,    /* error: reads and writes report a reset */
-	ST_DEAD,      /* destroyed by its owner; the worker frees it */
-};
-
-/* wr_id of sends: the kind in the top bits, the slot sequence below. */
-#define WR_KIND_SHIFT 62
-
-/* A received message: in a registered block, or copied out to the heap (heap set). */
-struct rx_ent {
-	struct ss_blk *blk;
-	uint8_t *heap;
-	uint32_t len;
-	uint32_t off; /* bytes already read */
-};
-
-/* Where receives come from; see rq_backend and srq_backend. */
-struct backend {
-	/* Makes the CQs and the QP, and fills the receive side of *mine. */
-	int (*setup)(struct ss_conn *c, const struct ss_transport_cfg *cfg, struct ss_params *mine);
-	/* Posts the first receives; the QP is in RTR. */
-	int (*post_initial)(struct ss_conn *c);
-	/* A received block is free again. */
-	void (*release)(struct ss_conn *c, struct ss_blk *b);
-	/* Takes completions and re-arms events; lock held, may be dropped meanwhile. */
-	void (*progress)(struct ss_conn *c);
-	/* ss_conn_spin(), lock not held. */
-	bool (*spin)(struct ss_conn *c, unsigned usec);
-	/* Credits a grant may return now. */
-	uint32_t (*grant_limit)(struct ss_conn *c);
-	/* Posts what may go after an application call; lock held. */
-	void (*push)(struct ss_conn *c);
-	/* Destroys the QP and receive side; progress thread, at free. */
-	void (*teardown)(struct ss_conn *c);
-};
-
-struct ss_conn {
-	pthread_mutex_t lock;
-	pthread_cond_t drained;
-	struct ss_conn *next; /* worker lists: graveyard or timed */
-	struct ss_worker *w;
-	struct ss_devctx *dc;
-	const struct backend *be;
-	struct ss_conn_hooks hooks;
-	uint32_t sq_depth, rx_window, ctrl_reserve;
-	void *hooks_arg;
-	int liveness_fd;
-	int ep_tag; /* SS_TAG_LIVENESS: the progress loop finds us by this field */
-	int cq_tag; /* SS_TAG_CONN: context of our own CQs (private RQ) */
-
-	struct ibv_cq *cq;  /* receive completions */
-	struct ibv_cq *scq; /* send completions */
-	struct ibv_qp *qp;
-	uint32_t psn;
-	/* private RQ: our buffers and CQ events; the receive CQ is always armed, the send CQ only while someone waits */
-	struct ss_pool rxp;
-	unsigned unacked_events, unacked_sevents;
-	/* SRQ: the shared side and our room in its send CQ */
-	struct ss_srq *srq;
-	struct ss_txcq *txcq;
-	uint32_t hold_max; /* blocks held unread before copies go to the heap */
-	uint32_t held;
-	uint32_t seen; /* completions handed to us; spinners watch it (atomic) */
-	bool last_wqe;
-	bool tx_wait; /* counted in the SRQ's send waiters */
-	struct ss_blk *rel; /* received blocks to repost at the next push */
-	uint64_t free_at;
-
-	uint32_t buf_size;
-	struct ss_pool *txp;  /* the device's send blocks */
-	uint32_t n_rxq;       /* the data window: the most messages the peer may have unread here */
-	struct rx_ent *rxq;   /* ring of n_rxq, received data in order */
-	uint32_t rxq_head, rxq_count;
-	size_t rx_avail;
-
-	uint32_t n_tx, tx_slot_size, max_inline;
-	struct ss_blk **tx_blk;
-	uint32_t *tx_len;
-	uint32_t tx_done, tx_posted, tx_open; /* sequence numbers of slots */
-	uint64_t hold_until;                   /* MSG_MORE: keep the partial last slot until then (0: no) */
-	bool tx_starved;                       /* the send pool was dry */
-	uint64_t retry_at;                     /* a withheld grant or a dry pool is retried then */
-
-	struct ss_credit cr;
-	enum conn_state st;
-	bool eos_wanted, eos_posted, eos_done;
-	bool draining; /* ss_conn_drain() waits */
-	int spinners;  /* application threads polling the CQs in ss_conn_spin() */
-	bool tcp_gone;
-	uint64_t gone_deadline;
-	bool timed; /* on the worker's timer list */
-	uint64_t timer_at; /* when the worker calls ss_conn_on_timer() */
-	unsigned last_ready;
-	struct ss_conn_stats stats;
-	struct ss_conn_stats *pub; /* where the counters go: stats, or the shim's shared memory */
-};
-
-uint64_t ss_now_us(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000 + (uint64_t)ts.tv_nsec / 1000;
-}
-
-uint64_t ss_now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
 
 struct ss_conn **ss_conn_next_p(struct ss_conn *c)
 {
@@ -163,17 +33,7 @@ uint64_t ss_conn_deadline(struct ss_conn *c)
 	return __atomic_load_n(&c->timer_at, __ATOMIC_RELAXED);
 }
 
-static uint8_t *rx_data(const struct rx_ent *e)
-{
-	return e->heap ? e->heap : e->blk->addr;
-}
-
-static uint8_t *tx_buf(struct ss_conn *c, uint32_t seq)
-{
-	return c->tx_blk[seq % c->n_tx]->addr;
-}
-
-static void fail(struct ss_conn *c, const char *why)
+void ss_conn_fail(struct ss_conn *c, const char *why)
 {
 	if (c->st == ST_FAILED || c->st == ST_DEAD)
 		return;
@@ -185,7 +45,7 @@ static void fail(struct ss_conn *c, const char *why)
 }
 
 /* Asks the progress thread to call ss_conn_on_timer() at (or before) at. */
-static void arm_timer(struct ss_conn *c, uint64_t at)
+static void conn_arm_timer(struct ss_conn *c, uint64_t at)
 {
 	if (c->timed && c->timer_at <= at)
 		return;
@@ -198,15 +58,15 @@ static void arm_timer(struct ss_conn *c, uint64_t at)
 	}
 }
 
-static void arm_retry(struct ss_conn *c)
+static void conn_arm_retry(struct ss_conn *c)
 {
 	if (c->retry_at)
 		return;
 	c->retry_at = ss_now_ms() + SS_RETRY_MS;
-	arm_timer(c, c->retry_at);
+	conn_arm_timer(c, c->retry_at);
 }
 
-static int post_send(struct ss_conn *c, enum ss_msg_kind kind, uint32_t seq, bool want_more)
+static int conn_post_send(struct ss_conn *c, enum ss_msg_kind kind, uint32_t seq, bool want_more)
 {
 	uint32_t len = kind == SS_KIND_DATA ? c->tx_len[seq % c->n_tx] : 0;
 	struct ibv_sge sge = {0};
@@ -220,14 +80,14 @@ static int post_send(struct ss_conn *c, enum ss_msg_kind kind, uint32_t seq, boo
 	int ret;
 
 	if (len)
-		sge = (struct ibv_sge){.addr = (uintptr_t)tx_buf(c, seq), .length = len,
+		sge = (struct ibv_sge){.addr = (uintptr_t)conn_tx_buf(c, seq), .length = len,
 				       .lkey = c->tx_blk[seq % c->n_tx]->lkey};
 	wr.imm_data = htonl(ss_credit_on_post(&c->cr, kind, want_more));
 	ret = ibv_post_send(c->qp, &wr, &bad);
 	if (ret) {
 		/* Never expected: slots and credits were checked. */
 		ss_log_error("QP %u: ibv_post_send: %s", c->qp->qp_num, strerror(ret));
-		fail(c, "post_send failed");
+		ss_conn_fail(c, "post_send failed");
 		return -ret;
 	}
 	if (kind == SS_KIND_DATA) {
@@ -237,63 +97,46 @@ static int post_send(struct ss_conn *c, enum ss_msg_kind kind, uint32_t seq, boo
 	return 0;
 }
 
-static bool tx_pending(const struct ss_conn *c)
-{
-	return c->tx_posted != c->tx_open;
-}
-
 /* Sends a grant only against what the backend can back; owed credits beyond wait for a retry. */
-static void limit_grants(struct ss_conn *c)
+static void conn_limit_grants(struct ss_conn *c)
 {
 	ss_credit_set_grant_limit(&c->cr, c->be->grant_limit(c));
 	if (ss_credit_withheld(&c->cr))
-		arm_retry(c);
+		conn_arm_retry(c);
 }
 
-static bool ctrl_now(struct ss_conn *c)
+static bool conn_ctrl_now(struct ss_conn *c)
 {
-	return ss_credit_ctrl_due(&c->cr, tx_pending(c)) && ss_credit_can_send_ctrl(&c->cr);
+	return ss_credit_ctrl_due(&c->cr, ss_conn_tx_pending(c)) && ss_credit_can_send_ctrl(&c->cr);
 }
 
 /* Posts what the rules allow: control first (it never waits behind data). */
-static void flush(struct ss_conn *c)
+void ss_conn_flush(struct ss_conn *c)
 {
 	if (c->st != ST_RUNNING)
 		return;
-	limit_grants(c);
-	if (ctrl_now(c) && post_send(c, SS_KIND_CTRL, 0, tx_pending(c)) < 0)
+	conn_limit_grants(c);
+	if (conn_ctrl_now(c) && conn_post_send(c, SS_KIND_CTRL, 0, ss_conn_tx_pending(c)) < 0)
 		return;
-	while (tx_pending(c) && ss_credit_can_send_data(&c->cr)) {
+	while (ss_conn_tx_pending(c) && ss_credit_can_send_data(&c->cr)) {
 		bool last = c->tx_posted + 1 == c->tx_open;
 
 		if (last && c->hold_until && c->tx_len[c->tx_posted % c->n_tx] < c->tx_slot_size)
 			break;
-		if (post_send(c, SS_KIND_DATA, c->tx_posted, !last) < 0)
+		if (conn_post_send(c, SS_KIND_DATA, c->tx_posted, !last) < 0)
 			return;
 		c->tx_posted++;
 	}
 	/* Out of credits with data waiting: the request may be due now. */
-	if (ctrl_now(c) && post_send(c, SS_KIND_CTRL, 0, tx_pending(c)) < 0)
+	if (conn_ctrl_now(c) && conn_post_send(c, SS_KIND_CTRL, 0, ss_conn_tx_pending(c)) < 0)
 		return;
-	if (c->eos_wanted && !c->eos_posted && !tx_pending(c) && ss_credit_can_send_ctrl(&c->cr)) {
-		if (post_send(c, SS_KIND_EOS, 0, false) == 0)
+	if (c->eos_wanted && !c->eos_posted && !ss_conn_tx_pending(c) && ss_credit_can_send_ctrl(&c->cr)) {
+		if (conn_post_send(c, SS_KIND_EOS, 0, false) == 0)
 			c->eos_posted = true;
 	}
 }
 
-static uint32_t tx_free_slots(const struct ss_conn *c)
-{
-	return c->n_tx - (c->tx_open - c->tx_done);
-}
-
-static bool tx_room(const struct ss_conn *c)
-{
-	if (tx_pending(c) && c->tx_len[(c->tx_open - 1) % c->n_tx] < c->tx_slot_size)
-		return true;
-	return tx_free_slots(c) > 0 && !c->tx_starved;
-}
-
-static unsigned compute_ready(const struct ss_conn *c)
+static unsigned conn_compute_ready(const struct ss_conn *c)
 {
 	unsigned r = 0;
 
@@ -303,7 +146,7 @@ static unsigned compute_ready(const struct ss_conn *c)
 		return 0;
 	case ST_CONNECTED:
 		/* Before the commit point writes are taken (and held); nothing to read yet. */
-		return tx_room(c) ? SS_RDY_OUT : 0;
+		return ss_conn_tx_room(c) ? SS_RDY_OUT : 0;
 	case ST_FAILED:
 		return SS_RDY_IN | SS_RDY_OUT | SS_RDY_HUP | SS_RDY_ERR | SS_RDY_RDHUP;
 	case ST_RUNNING:
@@ -313,23 +156,23 @@ static unsigned compute_ready(const struct ss_conn *c)
 		r |= SS_RDY_IN;
 	if (c->cr.eos_received)
 		r |= SS_RDY_RDHUP;
-	if (!c->eos_wanted && tx_room(c))
+	if (!c->eos_wanted && ss_conn_tx_room(c))
 		r |= SS_RDY_OUT;
 	if (c->cr.eos_received && c->eos_wanted)
 		r |= SS_RDY_HUP;
 	return r;
 }
 
-static void report(struct ss_conn *c, bool edge)
+void ss_conn_report(struct ss_conn *c, bool edge)
 {
-	unsigned r = compute_ready(c);
+	unsigned r = conn_compute_ready(c);
 
 	if (c->hooks.ready && (r != c->last_ready || edge))
 		c->hooks.ready(c->hooks_arg, r | (edge ? SS_RDY_EDGE : 0));
 	c->last_ready = r;
 }
 
-static void rx_push(struct ss_conn *c, struct ss_blk *b, uint32_t len)
+static void conn_rx_push(struct ss_conn *c, struct ss_blk *b, uint32_t len)
 {
 	struct rx_ent *e = &c->rxq[(c->rxq_head + c->rxq_count) % c->n_rxq];
 
@@ -348,7 +191,7 @@ static void rx_push(struct ss_conn *c, struct ss_blk *b, uint32_t len)
 }
 
 /* Frees the oldest queued message (read, or dropped at the end). */
-static void rx_pop(struct ss_conn *c)
+static void conn_rx_pop(struct ss_conn *c)
 {
 	struct rx_ent *e = &c->rxq[c->rxq_head];
 
@@ -363,12 +206,12 @@ static void rx_pop(struct ss_conn *c)
 	c->rxq_count--;
 }
 
-static void bad_status(struct ss_conn *c, const struct ibv_wc *wc, bool recv)
+static void conn_bad_status(struct ss_conn *c, const struct ibv_wc *wc, bool recv)
 {
 	if (c->st != ST_FAILED && c->st != ST_DEAD)
 		ss_log_info("QP %u: completion error %s (%s)", c->qp->qp_num,
 			    ibv_wc_status_str(wc->status), recv ? "recv" : "send");
-	fail(c, ibv_wc_status_str(wc->status));
+	ss_conn_fail(c, ibv_wc_status_str(wc->status));
 }
 
 /*
@@ -376,7 +219,7 @@ static void bad_status(struct ss_conn *c, const struct ibv_wc *wc, bool recv)
  * true if it brought new readable data. Which queue comes from the CQ it
  * was polled from: an error completion's opcode is undefined.
  */
-static bool on_completion(struct ss_conn *c, const struct ibv_wc *wc, bool recv)
+bool ss_conn_on_completion(struct ss_conn *c, const struct ibv_wc *wc, bool recv)
 {
 	if (!recv) {
 		enum ss_msg_kind kind = (enum ss_msg_kind)(wc->wr_id >> WR_KIND_SHIFT);
@@ -394,13 +237,13 @@ static bool on_completion(struct ss_conn *c, const struct ibv_wc *wc, bool recv)
 			c->eos_done = true;
 		}
 		if (wc->status != IBV_WC_SUCCESS)
-			bad_status(c, wc, recv);
+			conn_bad_status(c, wc, recv);
 		return false;
 	}
 
 	struct ss_blk *b = (struct ss_blk *)(uintptr_t)wc->wr_id;
 	if (wc->status != IBV_WC_SUCCESS) {
-		bad_status(c, wc, recv); /* first: a failed connection does not repost */
+		conn_bad_status(c, wc, recv); /* first: a failed connection does not repost */
 		c->be->release(c, b);
 		return false;
 	}
@@ -415,14 +258,14 @@ static bool on_completion(struct ss_conn *c, const struct ibv_wc *wc, bool recv)
 			ss_log_error("QP %u: protocol error in a received message (imm 0x%x, %u bytes)",
 				     c->qp->qp_num, ntohl(wc->imm_data), wc->byte_len);
 		c->be->release(c, b);
-		fail(c, "protocol error");
+		ss_conn_fail(c, "protocol error");
 		return false;
 	}
 	if (kind != SS_KIND_DATA) {
 		c->be->release(c, b);
 		return kind == SS_KIND_EOS;
 	}
-	rx_push(c, b, wc->byte_len);
+	conn_rx_push(c, b, wc->byte_len);
 	c->pub->rx_msgs++;
 	c->pub->rx_bytes += wc->byte_len;
 	return true;
@@ -430,7 +273,7 @@ static bool on_completion(struct ss_conn *c, const struct ibv_wc *wc, bool recv)
 
 /* After completions were taken: post what may go, wake drains and report; lock held. */
 /* Credit state for the status tool: plain stores, no lock a reader could wait on. */
-static void publish(struct ss_conn *c)
+static void conn_publish_credits(struct ss_conn *c)
 {
 	struct ss_conn_stats *p = c->pub;
 
@@ -443,117 +286,25 @@ static void publish(struct ss_conn *c)
 	p->sq_free = c->cr.sq_free;
 }
 
-static void push(struct ss_conn *c)
+static void conn_push(struct ss_conn *c)
 {
 	c->be->push(c);
-	publish(c);
+	conn_publish_credits(c);
 }
 
-static void after_events(struct ss_conn *c, bool edge)
+void ss_conn_after_events(struct ss_conn *c, bool edge)
 {
-	push(c);
+	conn_push(c);
 	if (c->tcp_gone && !c->cr.eos_received && c->st == ST_RUNNING && !c->gone_deadline) {
 		/* Once: the grace counts from the TCP end, not from the last progress. */
 		c->gone_deadline = ss_now_ms() + SS_GONE_GRACE_MS;
-		arm_timer(c, c->gone_deadline);
+		conn_arm_timer(c, c->gone_deadline);
 	}
-	if (c->eos_done || c->st == ST_FAILED || (!tx_pending(c) && c->tx_done == c->tx_posted))
+	if (c->eos_done || c->st == ST_FAILED || (!ss_conn_tx_pending(c) && c->tx_done == c->tx_posted))
 		pthread_cond_broadcast(&c->drained);
 	/* A spinning application thread consumes what comes and reports when it leaves. */
 	if (!c->spinners)
-		report(c, edge);
-}
-
-/* ---- private receive queue ---- */
-
-static int rq_post(struct ss_conn *c, struct ss_blk *b)
-{
-	struct ibv_sge sge = {.addr = (uintptr_t)b->addr, .length = c->buf_size, .lkey = b->lkey};
-	struct ibv_recv_wr wr = {.wr_id = (uintptr_t)b, .sg_list = &sge, .num_sge = 1}, *bad;
-	int ret = ibv_post_recv(c->qp, &wr, &bad);
-
-	if (ret) {
-		ss_log_error("QP %u: ibv_post_recv: %s", c->qp->qp_num, strerror(ret));
-		return -ret;
-	}
-	return 0;
-}
-
-static void rq_release(struct ss_conn *c, struct ss_blk *b)
-{
-	/* A failed QP would only flush it back: keep it. */
-	if ((c->st == ST_RUNNING || c->st == ST_CONNECTED) && rq_post(c, b) == 0)
-		return;
-	ss_pool_put(&c->rxp, b);
-}
-
-static int rq_setup(struct ss_conn *c, const struct ss_transport_cfg *cfg, struct ss_params *mine)
-{
-	uint32_t n_rx = cfg->rx_window + cfg->ctrl_reserve;
-	struct ss_qp_caps caps = {cfg->sq_depth, n_rx, cfg->max_inline};
-	int ret;
-
-	ret = ss_pool_init(&c->rxp, c->dc->pd, c->buf_size, n_rx, n_rx, 1);
-	if (ret)
-		goto err_fini;
-	/* Each CQ holds every request of its queue: it can never overflow. */
-	c->cq = ibv_create_cq(c->dc->dev->ctx, (int)n_rx, &c->cq_tag, c->dc->ch, 0);
-	c->scq = ibv_create_cq(c->dc->dev->ctx, (int)cfg->sq_depth, &c->cq_tag, c->dc->ch, 0);
-	if (!c->cq || !c->scq) {
-		ret = errno ? -errno : -ENOMEM;
-		ss_log_error("ibv_create_cq: %s", strerror(-ret));
-		goto err_destroy_cq;
-	}
-	ret = ss_qp_create_rc(c->dc->pd, c->scq, c->cq, NULL, &caps, c, &c->qp);
-	if (ret)
-		goto err_destroy_cq;
-	mine->recv_mode = SS_RECV_RQ;
-	mine->window = cfg->rx_window;
-	return 0;
-
-err_destroy_cq:
-	if (c->scq)
-		ibv_destroy_cq(c->scq);
-	if (c->cq)
-		ibv_destroy_cq(c->cq);
-err_fini:
-	ss_pool_fini(&c->rxp);
-	return ret;
-}
-
-static int rq_post_initial(struct ss_conn *c)
-{
-	struct ss_blk *b;
-	int ret = 0;
-
-	while (ret == 0 && (b = ss_pool_get(&c->rxp, 0)))
-		ret = rq_post(c, b);
-	if (ret == 0 && ibv_req_notify_cq(c->cq, 0) != 0)
-		ret = -EIO;
-	return ret;
-}
-
-/*
- * Polls one of our CQs dry; returns how many completions it took, and sets
- * *edge if new readable data came.
- */
-static int rq_poll_dry(struct ss_conn *c, struct ibv_cq *cq, bool *edge)
-{
-	bool recv = cq == c->cq;
-	struct ibv_wc wc[16];
-	int n, total = 0;
-
-	do {
-		n = ibv_poll_cq(cq, 16, wc);
-		if (n < 0) {
-			fail(c, "poll_cq failed");
-			return total;
-		}
-		for (int i = 0; i < n; i++)
-			*edge |= on_completion(c, &wc[i], recv);
-		total += n;
-	} while (n == 16);
-	return total;
+		ss_conn_report(c, edge);
 }
 
 /*
@@ -561,257 +312,12 @@ static int rq_poll_dry(struct ss_conn *c, struct ibv_cq *cq, bool *edge)
  * stream, or a control message with no capacity left. Otherwise they are
  * reaped on the way (no event, no wake-up per send).
  */
-static bool send_waiters(const struct ss_conn *c)
+bool ss_conn_send_waiters(const struct ss_conn *c)
 {
-	return !tx_room(c) || c->draining || (c->eos_wanted && !c->eos_done) ||
-	       (ss_credit_ctrl_due(&c->cr, tx_pending(c)) && !ss_credit_can_send_ctrl(&c->cr)) ||
-	       (tx_pending(c) && !ss_credit_can_send_data(&c->cr) && c->cr.tx_credits > 0);
+	return !ss_conn_tx_room(c) || c->draining || (c->eos_wanted && !c->eos_done) ||
+	       (ss_credit_ctrl_due(&c->cr, ss_conn_tx_pending(c)) && !ss_credit_can_send_ctrl(&c->cr)) ||
+	       (ss_conn_tx_pending(c) && !ss_credit_can_send_data(&c->cr) && c->cr.tx_credits > 0);
 }
-
-/* Takes the send completions there are; arms their CQ when someone will wait for more. */
-static void rq_reap_sends(struct ss_conn *c)
-{
-	bool edge = false;
-
-	rq_poll_dry(c, c->scq, &edge);
-	flush(c);
-	if (send_waiters(c)) {
-		if (ibv_req_notify_cq(c->scq, 0) != 0)
-			fail(c, "req_notify_cq failed");
-		rq_poll_dry(c, c->scq, &edge);
-		flush(c);
-	}
-}
-
-static void rq_progress(struct ss_conn *c)
-{
-	bool edge = false;
-
-	if (c->st == ST_DEAD)
-		return;
-	rq_poll_dry(c, c->scq, &edge);
-	rq_poll_dry(c, c->cq, &edge);
-	/*
-	 * Arm, then poll again: a completion between the two polls is not lost.
-	 * While an application thread spins on the CQ it needs no events.
-	 */
-	if (!c->spinners) {
-		if (ibv_req_notify_cq(c->cq, 0) != 0)
-			fail(c, "req_notify_cq failed");
-		rq_poll_dry(c, c->cq, &edge);
-	}
-	after_events(c, edge); /* reaps the sends */
-}
-
-static bool rq_spin(struct ss_conn *c, unsigned usec)
-{
-	uint64_t end = ss_now_us() + usec;
-	bool got = false, edge = false; /* edges are for the progress thread's reports */
-
-	pthread_mutex_lock(&c->lock);
-	c->spinners++;
-	for (;;) {
-		if (c->st != ST_RUNNING) {
-			got = true;
-			break;
-		}
-		/*
-		 * No re-arming and no readiness report: the caller tries its call
-		 * again after any completion. A pure grant or a send completion
-		 * brings no data but may let queued data go: flush at once.
-		 */
-		if (rq_poll_dry(c, c->cq, &edge) + rq_poll_dry(c, c->scq, &edge) > 0) {
-			flush(c);
-			got = true;
-			break;
-		}
-		if (ss_now_us() >= end)
-			break;
-		/* The lock is free between polls: other threads (and signal handlers) get in. */
-		pthread_mutex_unlock(&c->lock);
-		sched_yield();
-		pthread_mutex_lock(&c->lock);
-	}
-	if (--c->spinners == 0 && c->st == ST_RUNNING) {
-		/*
-		 * The last spinner leaves: events must flow again (the progress
-		 * thread skipped re-arming meanwhile), and nothing may slip in
-		 * between the arming and the last poll.
-		 */
-		if (ibv_req_notify_cq(c->cq, 0) != 0)
-			fail(c, "req_notify_cq failed");
-		if (rq_poll_dry(c, c->cq, &edge) > 0) {
-			flush(c);
-			got = true;
-		}
-		if (!got)
-			report(c, false);
-	}
-	pthread_mutex_unlock(&c->lock);
-	return got;
-}
-
-static uint32_t rq_grant_limit(struct ss_conn *c)
-{
-	(void)c;
-	return UINT32_MAX; /* every consumed buffer is posted again at once */
-}
-
-static void rq_teardown(struct ss_conn *c)
-{
-	struct ibv_wc wc[16];
-
-	ibv_destroy_qp(c->qp);
-	while (ibv_poll_cq(c->cq, 16, wc) > 0 || ibv_poll_cq(c->scq, 16, wc) > 0)
-		;
-	if (c->unacked_events)
-		ibv_ack_cq_events(c->cq, c->unacked_events);
-	if (c->unacked_sevents)
-		ibv_ack_cq_events(c->scq, c->unacked_sevents);
-	ibv_destroy_cq(c->cq);
-	ibv_destroy_cq(c->scq);
-}
-
-static const struct backend rq_backend = {
-	.setup = rq_setup,
-	.post_initial = rq_post_initial,
-	.release = rq_release,
-	.progress = rq_progress,
-	.spin = rq_spin,
-	.grant_limit = rq_grant_limit,
-	.push = rq_reap_sends, /* takes its send completions on the way */
-	.teardown = rq_teardown,
-};
-
-/* ---- shared receive queue ---- */
-
-static int srq_setup(struct ss_conn *c, const struct ss_transport_cfg *cfg, struct ss_params *mine)
-{
-	struct ss_qp_caps caps = {cfg->sq_depth, 0, cfg->max_inline};
-	int ret;
-
-	c->srq = c->dc->srq;
-	c->hold_max = cfg->srq_hold;
-	ret = ss_srq_reserve_tx(c->srq, cfg->sq_depth, &c->txcq);
-	if (ret)
-		return ret;
-	c->cq = c->srq->rcq;
-	c->scq = c->txcq->cq;
-	ret = ss_qp_create_rc(c->dc->pd, c->scq, c->cq, c->srq->srq, &caps, c, &c->qp);
-	if (ret)
-		goto err_unreserve;
-	ret = ss_srq_attach(c->srq, c->qp, c);
-	if (ret)
-		goto err_destroy_qp;
-	mine->recv_mode = SS_RECV_SRQ;
-	mine->window = cfg->rx_window;
-	mine->buf_size = c->srq->cfg.buf_size; /* the SRQ's blocks, whatever cfg says now */
-	return 0;
-
-err_destroy_qp:
-	ibv_destroy_qp(c->qp);
-err_unreserve:
-	ss_srq_unreserve_tx(c->srq, c->txcq, cfg->sq_depth);
-	return ret;
-}
-
-static int srq_post_initial(struct ss_conn *c)
-{
-	(void)c; /* the SRQ is fed already: the initial window is not backed per connection */
-	return 0;
-}
-
-/* Posts what may go; completions come from the shared CQs, with events only when we wait for them. */
-static void srq_push(struct ss_conn *c)
-{
-	bool wait;
-
-	/* Blocks freed since the last push go back in one post. */
-	if (c->rel) {
-		ss_srq_repost(c->srq, c->rel);
-		c->rel = NULL;
-	}
-	flush(c);
-	wait = c->st == ST_RUNNING && send_waiters(c);
-	if (wait != c->tx_wait) {
-		c->tx_wait = wait;
-		ss_srq_want_tx(c->srq, wait);
-	}
-}
-
-static void srq_release(struct ss_conn *c, struct ss_blk *b)
-{
-	b->next = c->rel;
-	c->rel = b;
-}
-
-static void srq_progress(struct ss_conn *c)
-{
-	/* Completions are the shared CQs' business: take them with our lock dropped. */
-	pthread_mutex_unlock(&c->lock);
-	ss_srq_progress(c->srq, 0);
-	pthread_mutex_lock(&c->lock);
-	if (c->st != ST_DEAD)
-		after_events(c, false);
-}
-
-static bool srq_spin(struct ss_conn *c, unsigned usec)
-{
-	uint64_t end = ss_now_us() + usec;
-	uint32_t seen = __atomic_load_n(&c->seen, __ATOMIC_ACQUIRE);
-	bool got = false;
-
-	pthread_mutex_lock(&c->lock);
-	c->spinners++;
-	pthread_mutex_unlock(&c->lock);
-	ss_srq_spin_begin(c->srq);
-	for (;;) {
-		ss_srq_try_progress(c->srq);
-		if (__atomic_load_n(&c->seen, __ATOMIC_ACQUIRE) != seen) {
-			got = true;
-			break;
-		}
-		if (ss_now_us() >= end)
-			break;
-		sched_yield();
-	}
-	pthread_mutex_lock(&c->lock);
-	c->spinners--;
-	pthread_mutex_unlock(&c->lock);
-	ss_srq_spin_end(c->srq); /* re-arms and polls: may hand us more */
-	pthread_mutex_lock(&c->lock);
-	if (__atomic_load_n(&c->seen, __ATOMIC_ACQUIRE) != seen || c->st != ST_RUNNING)
-		got = true;
-	if (!got && !c->spinners)
-		report(c, false);
-	pthread_mutex_unlock(&c->lock);
-	return got;
-}
-
-static uint32_t srq_grant_limit(struct ss_conn *c)
-{
-	uint32_t cap = ss_srq_free_capacity(c->srq);
-	uint32_t reserve = c->srq->cfg.initial / 8 + 1; /* kept for control messages */
-
-	return cap > reserve ? cap - reserve : 0;
-}
-
-static void srq_teardown(struct ss_conn *c)
-{
-	ss_srq_detach(c->srq, c->qp);
-	ss_srq_unreserve_tx(c->srq, c->txcq, c->sq_depth);
-}
-
-static const struct backend srq_backend = {
-	.setup = srq_setup,
-	.post_initial = srq_post_initial,
-	.release = srq_release,
-	.progress = srq_progress,
-	.spin = srq_spin,
-	.grant_limit = srq_grant_limit,
-	.push = srq_push,
-	.teardown = srq_teardown,
-};
 
 /* ---- entry points of the progress thread ---- */
 
@@ -821,36 +327,16 @@ void ss_conn_on_wcs(struct ss_conn *c, const struct ibv_wc *wc, int n, bool recv
 
 	pthread_mutex_lock(&c->lock);
 	for (int i = 0; i < n; i++)
-		edge |= on_completion(c, &wc[i], recv);
+		edge |= ss_conn_on_completion(c, &wc[i], recv);
 	__atomic_add_fetch(&c->seen, 1, __ATOMIC_RELEASE);
 	if (c->st != ST_DEAD)
-		after_events(c, edge);
+		ss_conn_after_events(c, edge);
 	pthread_mutex_unlock(&c->lock);
 }
 
 bool ss_conn_spin(struct ss_conn *c, unsigned usec)
 {
 	return c->be->spin(c, usec);
-}
-
-void ss_conn_on_cq_event(struct ss_conn *c, struct ibv_cq *cq)
-{
-	pthread_mutex_lock(&c->lock);
-	/* Acknowledged in batches; all of them before the CQs are destroyed. */
-	if (cq == c->cq && ++c->unacked_events >= 64) {
-		ibv_ack_cq_events(c->cq, c->unacked_events);
-		c->unacked_events = 0;
-	} else if (cq == c->scq && ++c->unacked_sevents >= 64) {
-		ibv_ack_cq_events(c->scq, c->unacked_sevents);
-		c->unacked_sevents = 0;
-	}
-	c->be->progress(c);
-	pthread_mutex_unlock(&c->lock);
-}
-
-struct ss_conn *ss_conn_from_cq_tag(int *tag)
-{
-	return (struct ss_conn *)((char *)tag - offsetof(struct ss_conn, cq_tag));
 }
 
 void ss_conn_on_timer(struct ss_conn *c, uint64_t now_ms)
@@ -862,7 +348,7 @@ void ss_conn_on_timer(struct ss_conn *c, uint64_t now_ms)
 		if (c->tx_starved && ss_pool_can_get(c->txp))
 			c->tx_starved = false;
 		if (c->tx_starved)
-			arm_retry(c);
+			conn_arm_retry(c);
 	}
 	if (c->hold_until && now_ms >= c->hold_until)
 		c->hold_until = 0;
@@ -873,17 +359,17 @@ void ss_conn_on_timer(struct ss_conn *c, uint64_t now_ms)
 			ss_log_info("QP %u: gone peer: credits %u, owed %u, held %u, peer asked %d",
 				    c->qp->qp_num, c->cr.tx_credits, c->cr.to_return,
 				    c->cr.rx_outstanding, c->cr.peer_hard_req);
-			fail(c, "peer gone without end of stream");
-			report(c, false);
+			ss_conn_fail(c, "peer gone without end of stream");
+			ss_conn_report(c, false);
 		}
 	}
 	/* Still waiting for something: back on the list. */
 	if (c->st != ST_DEAD && c->retry_at)
-		arm_timer(c, c->retry_at);
+		conn_arm_timer(c, c->retry_at);
 	if (c->st != ST_DEAD && c->hold_until)
-		arm_timer(c, c->hold_until);
+		conn_arm_timer(c, c->hold_until);
 	if (c->st == ST_RUNNING && c->gone_deadline > now_ms && !c->cr.eos_received)
-		arm_timer(c, c->gone_deadline);
+		conn_arm_timer(c, c->gone_deadline);
 	pthread_mutex_unlock(&c->lock);
 }
 
@@ -906,7 +392,7 @@ void ss_conn_on_liveness(struct ss_conn *c)
 		c->tcp_gone = true;
 		epoll_ctl(c->w->epfd, EPOLL_CTL_DEL, c->liveness_fd, NULL);
 		if (c->st == ST_CREATED || c->st == ST_CONNECTED)
-			fail(c, "peer gone during the handshake");
+			ss_conn_fail(c, "peer gone during the handshake");
 		c->be->progress(c);
 	}
 	pthread_mutex_unlock(&c->lock);
@@ -953,7 +439,7 @@ int ss_conn_create(struct ss_worker *w, const struct ss_transport_cfg *cfg,
 	ret = ss_worker_devctx_pools(w, c->dc, cfg);
 	if (ret)
 		goto err_free;
-	c->be = cfg->recv_mode == SS_RECV_SRQ ? &srq_backend : &rq_backend;
+	c->be = cfg->recv_mode == SS_RECV_SRQ ? &ss_srq_backend : &ss_rq_backend;
 	c->txp = &c->dc->txp;
 	c->sq_depth = cfg->sq_depth;
 	c->rx_window = cfg->rx_window;
@@ -1062,7 +548,7 @@ void ss_conn_start(struct ss_conn *c)
 	pthread_mutex_unlock(&c->lock);
 }
 
-static int state_error(const struct ss_conn *c)
+static int conn_state_error(const struct ss_conn *c)
 {
 	if (c->st == ST_CONNECTED)
 		return -EAGAIN; /* the peer has not said it is ready yet */
@@ -1077,7 +563,7 @@ ssize_t ss_conn_send(struct ss_conn *c, const struct iovec *iov, int iovcnt, boo
 
 	pthread_mutex_lock(&c->lock);
 	if (c->st != ST_RUNNING && c->st != ST_CONNECTED) {
-		ret = state_error(c);
+		ret = conn_state_error(c);
 		goto out;
 	}
 	if (c->eos_wanted) {
@@ -1091,15 +577,15 @@ ssize_t ss_conn_send(struct ss_conn *c, const struct iovec *iov, int iovcnt, boo
 		while (left) {
 			uint32_t seq, *len;
 
-			if (tx_pending(c) && c->tx_len[(c->tx_open - 1) % c->n_tx] < c->tx_slot_size) {
+			if (ss_conn_tx_pending(c) && c->tx_len[(c->tx_open - 1) % c->n_tx] < c->tx_slot_size) {
 				seq = c->tx_open - 1; /* coalesce into the unposted last slot */
-			} else if (tx_free_slots(c) && !c->tx_starved) {
+			} else if (ss_conn_tx_free_slots(c) && !c->tx_starved) {
 				struct ss_blk *b = ss_pool_get(c->txp, 1);
 
 				if (!b) {
 					/* The device's send pool is at its bound: retry shortly. */
 					c->tx_starved = true;
-					arm_retry(c);
+					conn_arm_retry(c);
 					goto full;
 				}
 				seq = c->tx_open++;
@@ -1110,7 +596,7 @@ ssize_t ss_conn_send(struct ss_conn *c, const struct iovec *iov, int iovcnt, boo
 			}
 			len = &c->tx_len[seq % c->n_tx];
 			size_t n = c->tx_slot_size - *len < left ? c->tx_slot_size - *len : left;
-			memcpy(tx_buf(c, seq) + *len, src, n);
+			memcpy(conn_tx_buf(c, seq) + *len, src, n);
 			*len += (uint32_t)n;
 			src += n;
 			left -= n;
@@ -1123,11 +609,11 @@ full:
 	} else if (!c->hold_until) {
 		/* Held data goes out at the latest after the cork time, as TCP's does. */
 		c->hold_until = ss_now_ms() + SS_CORK_MS;
-		arm_timer(c, c->hold_until);
+		conn_arm_timer(c, c->hold_until);
 	}
-	push(c);
+	conn_push(c);
 	ret = taken ? (ssize_t)taken : -EAGAIN;
-	report(c, false);
+	ss_conn_report(c, false);
 out:
 	pthread_mutex_unlock(&c->lock);
 	return ret;
@@ -1142,7 +628,7 @@ ssize_t ss_conn_recv(struct ss_conn *c, const struct iovec *iov, int iovcnt, boo
 	pthread_mutex_lock(&c->lock);
 	/* A failed connection still hands out what it received (then EOF or reset). */
 	if (c->st != ST_RUNNING && c->st != ST_FAILED) {
-		ret = state_error(c);
+		ret = conn_state_error(c);
 		goto out;
 	}
 	for (int i = 0; i < iovcnt && idx < c->rxq_count; i++) {
@@ -1154,7 +640,7 @@ ssize_t ss_conn_recv(struct ss_conn *c, const struct iovec *iov, int iovcnt, boo
 			uint32_t off = e->off;
 			size_t n = e->len - off < left ? e->len - off : left;
 
-			memcpy(dst, rx_data(e) + off, n);
+			memcpy(dst, conn_rx_data(e) + off, n);
 			dst += n;
 			left -= n;
 			copied += n;
@@ -1170,13 +656,13 @@ ssize_t ss_conn_recv(struct ss_conn *c, const struct iovec *iov, int iovcnt, boo
 	if (!peek) {
 		/* Fully read messages give their buffers back, and their credits to the peer. */
 		while (c->rxq_count && c->rxq[c->rxq_head].off == c->rxq[c->rxq_head].len) {
-			rx_pop(c);
+			conn_rx_pop(c);
 			consumed++;
 		}
 		c->rx_avail -= copied;
 		if (consumed && c->st == ST_RUNNING) {
 			ss_credit_on_consumed(&c->cr, consumed);
-			push(c);
+			conn_push(c);
 		}
 	}
 	if (copied)
@@ -1187,7 +673,7 @@ ssize_t ss_conn_recv(struct ss_conn *c, const struct iovec *iov, int iovcnt, boo
 		ret = -ECONNRESET;
 	else
 		ret = -EAGAIN;
-	report(c, false);
+	ss_conn_report(c, false);
 out:
 	pthread_mutex_unlock(&c->lock);
 	return ret;
@@ -1211,8 +697,8 @@ int ss_conn_shutdown_wr(struct ss_conn *c)
 	if (c->st == ST_RUNNING || c->st == ST_CONNECTED) {
 		c->eos_wanted = true;
 		c->hold_until = 0;
-		push(c);
-		report(c, false);
+		conn_push(c);
+		ss_conn_report(c, false);
 	} else if (c->st != ST_FAILED) {
 		ret = -ENOTCONN;
 	}
@@ -1225,7 +711,7 @@ unsigned ss_conn_ready(struct ss_conn *c)
 	unsigned r;
 
 	pthread_mutex_lock(&c->lock);
-	r = compute_ready(c);
+	r = conn_compute_ready(c);
 	pthread_mutex_unlock(&c->lock);
 	return r;
 }
@@ -1234,8 +720,8 @@ void ss_conn_resync(struct ss_conn *c)
 {
 	pthread_mutex_lock(&c->lock);
 	if (c->hooks.ready)
-		c->hooks.ready(c->hooks_arg, compute_ready(c));
-	c->last_ready = compute_ready(c);
+		c->hooks.ready(c->hooks_arg, conn_compute_ready(c));
+	c->last_ready = conn_compute_ready(c);
 	pthread_mutex_unlock(&c->lock);
 }
 
@@ -1247,10 +733,10 @@ int ss_conn_drain(struct ss_conn *c, int timeout_ms)
 	pthread_mutex_lock(&c->lock);
 	c->hold_until = 0;
 	c->draining = true;
-	push(c);
+	conn_push(c);
 	/* A peer whose TCP end is gone has closed its QP too: nobody is left to deliver to. */
 	while (c->st == ST_RUNNING && !c->tcp_gone &&
-	       (tx_pending(c) || c->tx_done != c->tx_posted || (c->eos_wanted && !c->eos_done))) {
+	       (ss_conn_tx_pending(c) || c->tx_done != c->tx_posted || (c->eos_wanted && !c->eos_done))) {
 		uint64_t now = ss_now_ms(), until = now + 50 < end ? now + 50 : end;
 		struct timespec ts = {(time_t)(until / 1000), (long)(until % 1000) * 1000000};
 
@@ -1277,7 +763,7 @@ int ss_conn_drain(struct ss_conn *c, int timeout_ms)
 void ss_conn_get_stats(struct ss_conn *c, struct ss_conn_stats *st)
 {
 	pthread_mutex_lock(&c->lock);
-	publish(c);
+	conn_publish_credits(c);
 	*st = *c->pub;
 	pthread_mutex_unlock(&c->lock);
 }
@@ -1290,7 +776,7 @@ void ss_conn_publish(struct ss_conn *c, struct ss_conn_stats *pub)
 	if (pub != c->pub) {
 		*pub = *c->pub;
 		c->pub = pub;
-		publish(c);
+		conn_publish_credits(c);
 	}
 	pthread_mutex_unlock(&c->lock);
 }
@@ -1334,7 +820,7 @@ void ss_conn_free(struct ss_conn *c)
 	c->be->teardown(c);
 	/* Whatever is still held goes back: queued data, and send blocks never completed. */
 	while (c->rxq_count)
-		rx_pop(c);
+		conn_rx_pop(c);
 	if (c->rel)
 		ss_srq_repost(c->srq, c->rel);
 	for (uint32_t s = c->tx_done; s != c->tx_open; s++)
@@ -1349,32 +835,3 @@ void ss_conn_free(struct ss_conn *c)
 	free(c);
 }
 
-void ss_transport_set_log_level(int level)
-{
-	ss_log_level = (enum ss_log_level)level;
-}
-
-__attribute__((visibility("default"))) const struct ss_transport_ops ss_transport_ops = {
-	.version = SS_TRANSPORT_OPS_VERSION,
-	.set_log_level = ss_transport_set_log_level,
-	.worker_get = ss_worker_get,
-	.worker_forget_after_fork = ss_worker_forget_after_fork,
-	.conn_create = ss_conn_create,
-	.conn_watch_liveness = ss_conn_watch_liveness,
-	.conn_local_gids = ss_conn_local_gids,
-	.conn_connect = ss_conn_connect,
-	.conn_start = ss_conn_start,
-	.conn_send = ss_conn_send,
-	.conn_recv = ss_conn_recv,
-	.conn_readable = ss_conn_readable,
-	.conn_shutdown_wr = ss_conn_shutdown_wr,
-	.conn_ready = ss_conn_ready,
-	.conn_resync = ss_conn_resync,
-	.conn_drain = ss_conn_drain,
-	.conn_spin = ss_conn_spin,
-	.conn_get_stats = ss_conn_get_stats,
-	.conn_destroy = ss_conn_destroy,
-	.worker_get_stats = ss_worker_get_stats,
-	.conn_publish = ss_conn_publish,
-	.worker_publish = ss_worker_publish,
-};

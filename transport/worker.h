@@ -6,6 +6,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "handshake/clock.h"
 #include "transport/conn.h"
 #include "transport/pool.h"
 
@@ -95,7 +96,5 @@ uint64_t ss_conn_deadline(struct ss_conn *c);
 struct ss_conn **ss_conn_next_p(struct ss_conn *c);
 void ss_conn_free(struct ss_conn *c);
 
-uint64_t ss_now_ms(void);
-uint64_t ss_now_us(void);
 
 #endif

@@ -1,0 +1,36 @@
+/*
+ * The transport as a loadable module: the one table of operations the shim
+ * finds with dlsym (SS_TRANSPORT_OPS_SYMBOL).
+ */
+#include "transport/conn.h"
+#include "transport/log.h"
+
+void ss_transport_set_log_level(int level)
+{
+	ss_log_level = (enum ss_log_level)level;
+}
+
+__attribute__((visibility("default"))) const struct ss_transport_ops ss_transport_ops = {
+	.version = SS_TRANSPORT_OPS_VERSION,
+	.set_log_level = ss_transport_set_log_level,
+	.worker_get = ss_worker_get,
+	.worker_forget_after_fork = ss_worker_forget_after_fork,
+	.conn_create = ss_conn_create,
+	.conn_watch_liveness = ss_conn_watch_liveness,
+	.conn_local_gids = ss_conn_local_gids,
+	.conn_connect = ss_conn_connect,
+	.conn_start = ss_conn_start,
+	.conn_send = ss_conn_send,
+	.conn_recv = ss_conn_recv,
+	.conn_readable = ss_conn_readable,
+	.conn_shutdown_wr = ss_conn_shutdown_wr,
+	.conn_ready = ss_conn_ready,
+	.conn_resync = ss_conn_resync,
+	.conn_drain = ss_conn_drain,
+	.conn_spin = ss_conn_spin,
+	.conn_get_stats = ss_conn_get_stats,
+	.conn_destroy = ss_conn_destroy,
+	.worker_get_stats = ss_worker_get_stats,
+	.conn_publish = ss_conn_publish,
+	.worker_publish = ss_worker_publish,
+};
