@@ -22,6 +22,7 @@
 #include <cmocka.h>
 #include <netinet/in.h>
 
+#include "handshake/clock.h"
 #include "shim/config.h"
 #include "transport/conn.h"
 
@@ -142,11 +143,9 @@ static void *reader(void *arg)
 	return NULL;
 }
 
-/* modes: the receive model of each side (SS_RECV_RQ or SS_RECV_SRQ). */
-static void stream_both_ways(const uint8_t modes[2], uint32_t window, uint32_t buf_size,
-			     size_t bytes)
+static struct ss_transport_cfg test_cfg(uint32_t window, uint32_t buf_size)
 {
-	struct ss_transport_cfg cfg = {
+	return (struct ss_transport_cfg){
 		.dev = {NULL, 0, -1},
 		.sq_depth = 16,
 		.rx_window = window,
@@ -159,10 +158,13 @@ static void stream_both_ways(const uint8_t modes[2], uint32_t window, uint32_t b
 		.srq_hold = 2,
 		.tx_pool_max = 256,
 	};
+}
+
+/* Two connections of this process connected to each other, as the handshake would. */
+static void make_pair(struct ss_transport_cfg cfg, const uint8_t modes[2], struct end ends[2])
+{
 	struct ss_worker *w;
-	struct end ends[2] = {{.seed = 12345, .total = bytes}, {.seed = 999, .total = bytes}};
 	enum ss_reason reason;
-	pthread_t th[4];
 
 	assert_int_equal(ss_worker_get(&w), 0);
 	for (int i = 0; i < 2; i++) {
@@ -183,6 +185,25 @@ static void stream_both_ways(const uint8_t modes[2], uint32_t window, uint32_t b
 	}
 	for (int i = 0; i < 2; i++)
 		ss_conn_start(ends[i].c);
+}
+
+static void destroy_pair(struct end ends[2])
+{
+	for (int i = 0; i < 2; i++) {
+		ss_conn_destroy(ends[i].c);
+		close(ends[i].evfd);
+		close(ends[i].wevfd);
+	}
+}
+
+/* modes: the receive model of each side (SS_RECV_RQ or SS_RECV_SRQ). */
+static void stream_both_ways(const uint8_t modes[2], uint32_t window, uint32_t buf_size,
+			     size_t bytes)
+{
+	struct end ends[2] = {{.seed = 12345, .total = bytes}, {.seed = 999, .total = bytes}};
+	pthread_t th[4];
+
+	make_pair(test_cfg(window, buf_size), modes, ends);
 	for (int i = 0; i < 2; i++) {
 		pthread_create(&th[2 * i], NULL, writer, &ends[i]);
 		pthread_create(&th[2 * i + 1], NULL, reader, &ends[i]);
@@ -207,10 +228,56 @@ static void stream_both_ways(const uint8_t modes[2], uint32_t window, uint32_t b
 	for (int i = 0; i < 2; i++) {
 		assert_int_equal(ends[!i].recv_bytes, bytes);
 		assert_true(ends[!i].recv_sum == ends[i].sent_sum);
-		ss_conn_destroy(ends[i].c);
-		close(ends[i].evfd);
-		close(ends[i].wevfd);
 	}
+	destroy_pair(ends);
+}
+
+/* Reads n bytes from e within timeout_ms (reports wake the wait); returns the count read. */
+static size_t read_within(struct end *e, uint8_t *buf, size_t n, int timeout_ms)
+{
+	uint64_t end = ss_now_ms() + (uint64_t)timeout_ms;
+	size_t got = 0;
+
+	while (got < n && ss_now_ms() < end) {
+		struct iovec iov = {buf + got, n - got};
+		ssize_t r = ss_conn_recv(e->c, &iov, 1, false);
+		struct pollfd p = {.fd = e->evfd, .events = POLLIN};
+		uint64_t v;
+
+		if (r > 0) {
+			got += (size_t)r;
+			continue;
+		}
+		assert_int_equal(r, -EAGAIN);
+		if (poll(&p, 1, 50) == 1)
+			assert_true(read(e->evfd, &v, sizeof(v)) == sizeof(v));
+	}
+	return got;
+}
+
+/*
+ * Lifecycle: a connection destroyed while its timer is armed must not take
+ * other connections' timers with it. Two corked writes (MSG_MORE: held
+ * until the 200 ms cork timer), then the second writer is destroyed; the
+ * first one's bytes must still go out on its timer.
+ */
+static void test_timer_survives_destroyed_neighbour(void **state)
+{
+	const uint8_t modes[2] = {SS_RECV_SRQ, SS_RECV_SRQ};
+	struct end a[2] = {{0}}, b[2] = {{0}};
+	uint8_t msg[100], got[100];
+	struct iovec iov = {msg, sizeof(msg)};
+
+	(void)state;
+	memset(msg, 0x5a, sizeof(msg));
+	make_pair(test_cfg(16, 8192), modes, b);
+	make_pair(test_cfg(16, 8192), modes, a);
+	assert_int_equal(ss_conn_send(b[0].c, &iov, 1, true), sizeof(msg));
+	assert_int_equal(ss_conn_send(a[0].c, &iov, 1, true), sizeof(msg));
+	destroy_pair(a);
+	assert_int_equal(read_within(&b[1], got, sizeof(got), 3000), sizeof(got));
+	assert_memory_equal(msg, got, sizeof(got));
+	destroy_pair(b);
 }
 
 static const uint8_t rq_rq[2] = {SS_RECV_RQ, SS_RECV_RQ};
@@ -268,6 +335,7 @@ int main(void)
 		cmocka_unit_test(test_stream_default_like),
 		cmocka_unit_test(test_stream_srq_small_pool),
 		cmocka_unit_test(test_stream_srq_with_rq),
+		cmocka_unit_test(test_timer_survives_destroyed_neighbour),
 	};
 
 	setvbuf(stdout, NULL, _IOLBF, 0);

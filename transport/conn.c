@@ -23,14 +23,9 @@
 #include "transport/srq.h"
 #include "transport/worker.h"
 
-struct ss_conn **ss_conn_next_p(struct ss_conn *c)
+struct ss_conn **ss_conn_grave_next_p(struct ss_conn *c)
 {
-	return &c->next;
-}
-
-uint64_t ss_conn_deadline(struct ss_conn *c)
-{
-	return __atomic_load_n(&c->timer_at, __ATOMIC_RELAXED);
+	return &c->grave_next;
 }
 
 void ss_conn_fail(struct ss_conn *c, const char *why)
@@ -44,18 +39,17 @@ void ss_conn_fail(struct ss_conn *c, const char *why)
 	pthread_cond_broadcast(&c->drained);
 }
 
-/* Asks the progress thread to call ss_conn_on_timer() at (or before) at. */
+/*
+ * Asks the progress thread to call conn_on_timer() at (or before) at. The
+ * timer fires for the earliest deadline asked; conn_on_timer() re-arms it
+ * for whatever deadlines are still ahead.
+ */
 static void conn_arm_timer(struct ss_conn *c, uint64_t at)
 {
-	if (c->timed && c->timer_at <= at)
+	if (c->timer_due && c->timer_due <= at)
 		return;
-	__atomic_store_n(&c->timer_at, at, __ATOMIC_RELAXED);
-	if (!c->timed) {
-		c->timed = true;
-		ss_worker_arm_timer(c->w, c);
-	} else {
-		ss_worker_wake(c->w); /* it may sleep until a later time */
-	}
+	c->timer_due = at;
+	ss_worker_timer_arm(c->w, &c->timer, at);
 }
 
 static void conn_arm_retry(struct ss_conn *c)
@@ -339,10 +333,12 @@ bool ss_conn_spin(struct ss_conn *c, unsigned usec)
 	return c->be->spin(c, usec);
 }
 
-void ss_conn_on_timer(struct ss_conn *c, uint64_t now_ms)
+static void conn_on_timer(struct ss_timer *t, uint64_t now_ms)
 {
+	struct ss_conn *c = (struct ss_conn *)((char *)t - offsetof(struct ss_conn, timer));
+
 	pthread_mutex_lock(&c->lock);
-	c->timed = false;
+	c->timer_due = 0;
 	if (c->retry_at && now_ms >= c->retry_at) {
 		c->retry_at = 0;
 		if (c->tx_starved && ss_pool_can_get(c->txp))
@@ -432,6 +428,7 @@ int ss_conn_create(struct ss_worker *w, const struct ss_transport_cfg *cfg,
 	c->liveness_fd = -1;
 	c->ep_tag = SS_TAG_LIVENESS;
 	c->cq_tag = SS_TAG_CONN;
+	c->timer.fire = conn_on_timer;
 	ret = ss_worker_devctx(w, &cfg->dev, local, &c->dc, reason_p);
 	if (ret)
 		goto err_free;
@@ -801,6 +798,8 @@ void ss_conn_destroy(struct ss_conn *c)
 	}
 	c->st = ST_DEAD;
 	pthread_mutex_unlock(&c->lock);
+	/* A timer callback already running sees ST_DEAD and does not re-arm. */
+	ss_worker_timer_cancel(c->w, &c->timer);
 	/* The progress thread frees it: it is the only one that takes CQ events. */
 	ss_worker_bury(c->w, c);
 }

@@ -17,6 +17,7 @@
 #include "transport/conn.h"
 #include "transport/credit.h"
 #include "transport/pool.h"
+#include "transport/timer.h"
 
 #define SS_GONE_GRACE_MS 500
 /* How long a QP on an SRQ may wait for its last-WQE event before it is destroyed anyway. */
@@ -68,7 +69,7 @@ struct backend {
 struct ss_conn {
 	pthread_mutex_t lock;
 	pthread_cond_t drained;
-	struct ss_conn *next; /* worker lists: graveyard or timed */
+	struct ss_conn *grave_next; /* the worker's graveyard (ss_worker_bury) */
 	struct ss_worker *w;
 	struct ss_devctx *dc;
 	const struct backend *be;
@@ -119,8 +120,8 @@ struct ss_conn {
 	int spinners;  /* application threads polling the CQs in ss_conn_spin() */
 	bool tcp_gone;
 	uint64_t gone_deadline;
-	bool timed; /* on the worker's timer list */
-	uint64_t timer_at; /* when the worker calls ss_conn_on_timer() */
+	struct ss_timer timer; /* one timer for all deadlines below (worker lock) */
+	uint64_t timer_due;    /* the deadline it was last armed for, 0 after it fired */
 	unsigned last_ready;
 	struct ss_conn_stats stats;
 	struct ss_conn_stats *pub; /* where the counters go: stats, or the shim's shared memory */

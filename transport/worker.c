@@ -246,19 +246,31 @@ static int refresh_stats(struct ss_worker *w)
 void ss_worker_bury(struct ss_worker *w, struct ss_conn *c)
 {
 	pthread_mutex_lock(&w->lock);
-	*ss_conn_next_p(c) = w->graveyard;
+	*ss_conn_grave_next_p(c) = w->graveyard;
 	w->graveyard = c;
 	pthread_mutex_unlock(&w->lock);
 	ss_worker_wake(w);
 }
 
-void ss_worker_arm_timer(struct ss_worker *w, struct ss_conn *c)
+void ss_worker_timer_arm(struct ss_worker *w, struct ss_timer *t, uint64_t at)
+{
+	bool earliest;
+
+	pthread_mutex_lock(&w->lock);
+	if (ss_timers_arm(&w->timers, t, at) != 0)
+		ss_log_error("no memory for a timer: a deadline is lost");
+	earliest = ss_timers_next(&w->timers) == at;
+	pthread_mutex_unlock(&w->lock);
+	/* The thread may sleep until a later deadline: it must look again. */
+	if (earliest)
+		ss_worker_wake(w);
+}
+
+void ss_worker_timer_cancel(struct ss_worker *w, struct ss_timer *t)
 {
 	pthread_mutex_lock(&w->lock);
-	*ss_conn_next_p(c) = w->timed;
-	w->timed = c;
+	ss_timers_cancel(&w->timers, t);
 	pthread_mutex_unlock(&w->lock);
-	ss_worker_wake(w);
 }
 
 static void drain_channel(struct ss_devctx *dc)
@@ -302,25 +314,18 @@ static void drain_async(struct ss_devctx *dc)
 /* Runs due timers; returns the epoll timeout until the next one (-1: none). */
 static int run_timers(struct ss_worker *w)
 {
-	struct ss_conn *due = NULL, **pp, *c;
-	uint64_t now = ss_now_ms(), next = UINT64_MAX;
+	uint64_t now = ss_now_ms(), next;
+	struct ss_timer *t;
 
-	pthread_mutex_lock(&w->lock);
-	for (pp = &w->timed; (c = *pp);) {
-		if (ss_conn_deadline(c) <= now) {
-			*pp = *ss_conn_next_p(c);
-			*ss_conn_next_p(c) = due;
-			due = c;
-			continue;
-		}
-		if (ss_conn_deadline(c) < next)
-			next = ss_conn_deadline(c);
-		pp = ss_conn_next_p(c);
-	}
-	pthread_mutex_unlock(&w->lock);
-	while ((c = due)) {
-		due = *ss_conn_next_p(c);
-		ss_conn_on_timer(c, now);
+	for (;;) {
+		/* One at a time: a callback may arm or cancel timers. */
+		pthread_mutex_lock(&w->lock);
+		t = ss_timers_pop_due(&w->timers, now);
+		next = ss_timers_next(&w->timers);
+		pthread_mutex_unlock(&w->lock);
+		if (!t)
+			break;
+		t->fire(t, now);
 	}
 	return next == UINT64_MAX ? -1 : (int)(next - now);
 }
@@ -334,20 +339,13 @@ static int free_graveyard(struct ss_worker *w)
 	pthread_mutex_lock(&w->lock);
 	c = w->graveyard;
 	w->graveyard = NULL;
-	/* A buried connection may still sit on the timer list: unlink it. */
-	for (struct ss_conn *d = c; d; d = *ss_conn_next_p(d))
-		for (struct ss_conn **pp = &w->timed; *pp; pp = ss_conn_next_p(*pp))
-			if (*pp == d) {
-				*pp = *ss_conn_next_p(d);
-				break;
-			}
 	pthread_mutex_unlock(&w->lock);
 	for (; c; c = next) {
 		uint64_t at = ss_conn_free_at(c);
 
-		next = *ss_conn_next_p(c);
+		next = *ss_conn_grave_next_p(c);
 		if (at > now) {
-			*ss_conn_next_p(c) = keep;
+			*ss_conn_grave_next_p(c) = keep;
 			keep = c;
 			first = at < first ? at : first;
 			continue;
@@ -357,8 +355,8 @@ static int free_graveyard(struct ss_worker *w)
 	if (keep) {
 		pthread_mutex_lock(&w->lock);
 		for (c = keep; c; c = next) {
-			next = *ss_conn_next_p(c);
-			*ss_conn_next_p(c) = w->graveyard;
+			next = *ss_conn_grave_next_p(c);
+			*ss_conn_grave_next_p(c) = w->graveyard;
 			w->graveyard = c;
 		}
 		pthread_mutex_unlock(&w->lock);

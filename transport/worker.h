@@ -9,6 +9,7 @@
 #include "handshake/clock.h"
 #include "transport/conn.h"
 #include "transport/pool.h"
+#include "transport/timer.h"
 
 struct ibv_pd;
 struct ibv_comp_channel;
@@ -54,7 +55,7 @@ struct ss_worker {
 	int ep_tag; /* SS_TAG_WAKE, for evfd */
 	pthread_t thread;
 	struct ss_conn *graveyard; /* destroyed conns the thread frees */
-	struct ss_conn *timed;     /* conns waiting for a deadline */
+	struct ss_timers timers;   /* deadlines of connections (and of the shim's work) */
 	struct ss_no_dev no_dev[SS_NO_DEV_SLOTS];
 	unsigned no_dev_next;
 	struct ss_worker_stats *pub; /* refreshed by the progress thread; atomic pointer */
@@ -78,8 +79,14 @@ void ss_worker_wake(struct ss_worker *w);
 /* Hands c to the progress thread for freeing. */
 void ss_worker_bury(struct ss_worker *w, struct ss_conn *c);
 
-/* Asks the progress thread to call ss_conn_on_timer(c) once ss_conn_deadline(c) has passed. */
-void ss_worker_arm_timer(struct ss_worker *w, struct ss_conn *c);
+/*
+ * Arms t for at (or moves it there): the progress thread calls t->fire once
+ * at has passed. Any thread; takes the worker's lock (a leaf).
+ */
+void ss_worker_timer_arm(struct ss_worker *w, struct ss_timer *t, uint64_t at);
+
+/* Disarms t. A callback already running is not waited for. */
+void ss_worker_timer_cancel(struct ss_worker *w, struct ss_timer *t);
 
 /* Progress entry points for the worker thread (conn.c). */
 void ss_conn_on_cq_event(struct ss_conn *c, struct ibv_cq *cq);
@@ -91,9 +98,8 @@ void ss_conn_on_last_wqe(struct ss_conn *c);
 uint64_t ss_conn_free_at(struct ss_conn *c);
 void ss_conn_on_liveness(struct ss_conn *c);
 struct ss_conn *ss_conn_from_tag(int *tag);
-void ss_conn_on_timer(struct ss_conn *c, uint64_t now_ms);
-uint64_t ss_conn_deadline(struct ss_conn *c);
-struct ss_conn **ss_conn_next_p(struct ss_conn *c);
+/* The link of c in the graveyard. */
+struct ss_conn **ss_conn_grave_next_p(struct ss_conn *c);
 void ss_conn_free(struct ss_conn *c);
 
 
