@@ -52,8 +52,8 @@ int ss_hs_write(const struct ss_hs_io *io, int fd, const struct ss_msg *m, uint6
 	return 0;
 }
 
-enum ss_hs_read_result ss_hs_read(const struct ss_hs_io *io, int fd, struct ss_msg *m,
-				  uint64_t deadline_ms, enum ss_dec_result *dec_p)
+enum ss_hs_read_result ss_hs_peek(const struct ss_hs_io *io, int fd, struct ss_msg *m,
+				  uint64_t deadline_ms, enum ss_dec_result *dec_p, size_t *used_p)
 {
 	uint8_t buf[SS_HELLO_MAX_LEN];
 	size_t last_len = 0;
@@ -77,14 +77,13 @@ enum ss_hs_read_result ss_hs_read(const struct ss_hs_io *io, int fd, struct ss_m
 				return SS_HSR_BAD;
 			}
 			if (r == SS_DEC_OK) {
-				/* Take exactly this message: what follows belongs to the stream. */
-				ssize_t got = io->recv(fd, buf, used, MSG_DONTWAIT);
-				return got == (ssize_t)used ? SS_HSR_MSG : SS_HSR_ERROR;
+				*used_p = used;
+				return SS_HSR_MSG;
 			}
 		}
 		/* Nothing, or a partial message: wait for more bytes. */
 		if (remaining(deadline_ms) == 0)
-			return SS_HSR_TIMEOUT;
+			return n > 0 ? SS_HSR_PARTIAL : SS_HSR_TIMEOUT;
 		if (n <= 0) {
 			int w = wait_fd(io, fd, POLLIN, deadline_ms);
 			if (w < 0)
@@ -96,4 +95,23 @@ enum ss_hs_read_result ss_hs_read(const struct ss_hs_io *io, int fd, struct ss_m
 			io->poll(NULL, 0, 1);
 		last_len = (size_t)n;
 	}
+}
+
+int ss_hs_consume(const struct ss_hs_io *io, int fd, size_t used)
+{
+	uint8_t buf[SS_HELLO_MAX_LEN];
+
+	/* Exactly this message: what follows belongs to the stream. */
+	return io->recv(fd, buf, used, MSG_DONTWAIT) == (ssize_t)used ? 0 : -EIO;
+}
+
+enum ss_hs_read_result ss_hs_read(const struct ss_hs_io *io, int fd, struct ss_msg *m,
+				  uint64_t deadline_ms, enum ss_dec_result *dec_p)
+{
+	size_t used;
+	enum ss_hs_read_result r = ss_hs_peek(io, fd, m, deadline_ms, dec_p, &used);
+
+	if (r == SS_HSR_MSG && ss_hs_consume(io, fd, used) != 0)
+		return SS_HSR_ERROR;
+	return r;
 }

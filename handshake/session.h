@@ -25,7 +25,8 @@ enum ss_hs_read_result {
 	SS_HSR_FOREIGN,   /* the next bytes are not a handshake message; nothing taken */
 	SS_HSR_BAD,       /* our magic, but malformed or unsupported; nothing taken */
 	SS_HSR_EOF,       /* the peer closed before any message */
-	SS_HSR_TIMEOUT,   /* the deadline passed first (a partial message stays in place) */
+	SS_HSR_TIMEOUT,   /* the deadline passed first, with nothing there */
+	SS_HSR_PARTIAL,   /* the deadline passed first, part of a message there (it stays) */
 	SS_HSR_ERROR,     /* the connection failed (reset, ...) */
 };
 
@@ -39,5 +40,12 @@ int ss_hs_write(const struct ss_hs_io *io, int fd, const struct ss_msg *m, uint6
  */
 enum ss_hs_read_result ss_hs_read(const struct ss_hs_io *io, int fd, struct ss_msg *m,
 				  uint64_t deadline_ms, enum ss_dec_result *dec_p);
+
+/* As ss_hs_read(), but consumes nothing: *used_p is the message's length on SS_HSR_MSG. */
+enum ss_hs_read_result ss_hs_peek(const struct ss_hs_io *io, int fd, struct ss_msg *m,
+				  uint64_t deadline_ms, enum ss_dec_result *dec_p, size_t *used_p);
+
+/* Takes the used bytes of a message ss_hs_peek() found off the stream. Returns 0 or -EIO. */
+int ss_hs_consume(const struct ss_hs_io *io, int fd, size_t used);
 
 #endif

@@ -25,6 +25,53 @@ static int check_peers(const char *value, char *err, size_t errlen)
 	return -EINVAL;
 }
 
+static const char *const test_points[SS_TP__COUNT] = {
+	[SS_TP_CLIENT_HELLO] = "client-hello",
+	[SS_TP_CLIENT_READY] = "client-ready",
+	[SS_TP_SERVER_ACK] = "server-ack",
+	[SS_TP_SERVER_ACCEPT] = "server-accept",
+};
+
+int ss_test_delays_parse(const char *value, int ms[SS_TP__COUNT], char *err, size_t errlen)
+{
+	const char *p = value;
+
+	for (int i = 0; i < SS_TP__COUNT; i++)
+		ms[i] = 0;
+	while (*p) {
+		size_t n = strcspn(p, "=,");
+		int i;
+		char *end;
+		long v;
+
+		for (i = 0; i < SS_TP__COUNT; i++)
+			if (strlen(test_points[i]) == n && strncmp(p, test_points[i], n) == 0)
+				break;
+		if (i == SS_TP__COUNT || p[n] != '=') {
+			snprintf(err, errlen, "SRQSHIM_TEST_DELAYS: '%.*s' is not POINT=MS (points: "
+				 "client-hello, client-ready, server-ack, server-accept)", (int)n, p);
+			return -EINVAL;
+		}
+		errno = 0;
+		v = strtol(p + n + 1, &end, 10);
+		if (end == p + n + 1 || (*end && *end != ',') || v < 0 || v > 60000 || errno) {
+			snprintf(err, errlen, "SRQSHIM_TEST_DELAYS: bad delay for %s (0 to 60000 ms)",
+				 test_points[i]);
+			return -EINVAL;
+		}
+		ms[i] = (int)v;
+		p = *end ? end + 1 : end;
+	}
+	return 0;
+}
+
+static int check_test_delays(const char *value, char *err, size_t errlen)
+{
+	int ms[SS_TP__COUNT];
+
+	return ss_test_delays_parse(value, ms, err, errlen);
+}
+
 #define INT_OPTION(NAME, field, def, lo, hi, text)                                                 \
 	{                                                                                          \
 		.name = NAME, .defval = def, .doc = text,                                          \
@@ -106,6 +153,17 @@ const struct ss_option ss_options[] = {
 		   "close and exit: how long to wait for accepted bytes to be delivered"),
 	INT_OPTION("CACHE_TTL_S", cache_ttl_s, "60", 1, 86400,
 		   "how long a destination is remembered as plain or shimmed"),
+	{
+		.name = "TEST_DELAYS",
+		.defval = "",
+		.doc = "for tests only: sleep at points of the negotiation, as "
+		       "POINT=MS[,POINT=MS...] with points client-hello, client-ready, server-ack, "
+		       "server-accept; empty: never",
+		.offset = offsetof(struct ss_config, test_delays),
+		.type = SS_OPT_STRING,
+		.max = sizeof(((struct ss_config *)0)->test_delays) - 1,
+		.check = check_test_delays,
+	},
 	INT_OPTION("POLL_US", poll_us, "2000", 0, 10000000,
 		   "a blocking read or write on an upgraded connection polls the completion queue "
 		   "itself this long before it sleeps (0: sleep at once; large: busy polling)"),

@@ -32,7 +32,23 @@ struct ss_config {
 	int cache_ttl_s;
 	int poll_us;
 	char peers[256]; /* SRQSHIM_PEERS, checked by ss_policy_parse() */
+	char test_delays[128]; /* SRQSHIM_TEST_DELAYS, checked by ss_test_delays_parse() */
 };
+
+/* Points of the negotiation where a test may make the shim sleep (SRQSHIM_TEST_DELAYS). */
+enum ss_test_point {
+	SS_TP_CLIENT_HELLO,  /* client: before the HELLO goes out */
+	SS_TP_CLIENT_READY,  /* client: before READY (or a DECLINE of an ACCEPT) */
+	SS_TP_SERVER_ACK,    /* server: before an ACK */
+	SS_TP_SERVER_ACCEPT, /* server: before ACCEPT */
+	SS_TP__COUNT,
+};
+
+/*
+ * Parses "point=ms[,point=ms...]" (points: client-hello, client-ready,
+ * server-ack, server-accept) into ms[]. Returns 0 or -EINVAL with a message.
+ */
+int ss_test_delays_parse(const char *value, int ms[SS_TP__COUNT], char *err, size_t errlen);
 
 enum ss_opt_type {
 	SS_OPT_INT,

@@ -125,8 +125,8 @@ static void fill_addr(struct ss_stats_addr *a, const struct sockaddr_storage *ss
 	}
 }
 
-struct ss_stats_conn *ss_stats_conn_open(int app_fd, int tcp_fd, enum ss_stats_state st,
-					 unsigned reason)
+struct ss_stats_conn *ss_stats_conn_open(int app_fd, int tcp_fd, const struct sockaddr *peer,
+					 enum ss_stats_state st, unsigned reason)
 {
 	struct sockaddr_storage la = {0}, pa = {0};
 	socklen_t ll = sizeof(la), pl = sizeof(pa);
@@ -146,7 +146,9 @@ struct ss_stats_conn *ss_stats_conn_open(int app_fd, int tcp_fd, enum ss_stats_s
 	__atomic_store_n(&c->seq, c->seq + 1, __ATOMIC_RELEASE); /* odd: being rewritten */
 	__atomic_thread_fence(__ATOMIC_RELEASE);
 	ss_real.getsockname(tcp_fd, (struct sockaddr *)&la, &ll);
-	ss_real.getpeername(tcp_fd, (struct sockaddr *)&pa, &pl);
+	if (ss_real.getpeername(tcp_fd, (struct sockaddr *)&pa, &pl) != 0 && peer)
+		memcpy(&pa, peer, peer->sa_family == AF_INET6 ? sizeof(struct sockaddr_in6)
+							     : sizeof(struct sockaddr_in));
 	fill_addr(&c->local, &la);
 	fill_addr(&c->peer, &pa);
 	c->fd = app_fd;
@@ -162,6 +164,18 @@ struct ss_stats_conn *ss_stats_conn_open(int app_fd, int tcp_fd, enum ss_stats_s
 out:
 	pthread_mutex_unlock(&pub_lock);
 	return c;
+}
+
+void ss_stats_conn_fell_back(struct ss_stats_conn *c, unsigned reason)
+{
+	pthread_mutex_lock(&pub_lock);
+	__atomic_store_n(&c->seq, c->seq + 1, __ATOMIC_RELEASE); /* odd: being rewritten */
+	__atomic_thread_fence(__ATOMIC_RELEASE);
+	c->state = SS_ST_TCP;
+	c->reason = (uint16_t)reason;
+	__atomic_thread_fence(__ATOMIC_RELEASE);
+	__atomic_store_n(&c->seq, c->seq + 1, __ATOMIC_RELEASE);
+	pthread_mutex_unlock(&pub_lock);
 }
 
 void ss_stats_conn_close(struct ss_stats_conn *c)

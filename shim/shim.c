@@ -1,5 +1,6 @@
 /* libsrqshim.so: load-time set-up, fork handling and the linger at exit. */
 #include <pthread.h>
+#include <stdlib.h>
 #include <unistd.h>
 
 #include "shim/real.h"
@@ -23,17 +24,34 @@ static void report_bad_option(const char *msg, void *arg)
 	ss_log_error("%s", msg);
 }
 
-/* In a forked child: upgraded connections belong to the parent. */
+/*
+ * In a forked child: connections the parent carries or negotiates are the
+ * parent's. The child closes its copies of our private fds at once (the
+ * parent's death must still show as the TCP end), never touches the
+ * parent's verbs objects or its progress thread's epoll set, and forgets
+ * the background work (the parent's thread does it).
+ */
 static void forget_connection(struct ss_sock *s)
 {
-	if (s->state != SS_SOCK_UPGRADED)
+	int st = ss_sock_state(s);
+
+	s->bg = false;
+	s->watch.added = false;
+	s->kick.pos = 0;
+	if (st == SS_SOCK_FRESH || st == SS_SOCK_LISTEN || st == SS_SOCK_PLAIN)
 		return;
-	/* Our copies of the private fds go at once: the parent's death must still show. */
-	ss_real.close(s->tcp_fd);
-	ss_real.close(s->shim_fd);
+	if (s->tcp_fd >= 0)
+		ss_real.close(s->tcp_fd);
+	if (s->shim_fd >= 0)
+		ss_real.close(s->shim_fd);
 	s->tcp_fd = s->shim_fd = -1;
+	if (st == SS_SOCK_ACCEPTED)
+		return; /* undecided: the child decides on its own at its first I/O */
 	s->conn = NULL; /* its verbs objects are the parent's: never destroyed here */
-	s->state = SS_SOCK_FOREIGN;
+	free(s->hold);
+	s->hold = NULL;
+	s->hold_len = 0;
+	ss_sock_set_state(s, SS_SOCK_FOREIGN);
 }
 
 /* Every entry: its statistics slot is in the parent's file. */
@@ -56,8 +74,7 @@ static void after_fork_child(void)
 
 static void finish_at_exit(struct ss_sock *s)
 {
-	if (s->state == SS_SOCK_UPGRADED)
-		ss_sock_finish(s);
+	ss_sock_finish(s);
 }
 
 /* Runs once at load: options (bad values reported, defaults kept), fork handler. */
@@ -69,6 +86,7 @@ __attribute__((constructor)) static void ss_shim_init(void)
 	ss_log_level = (enum ss_log_level)ss_cfg.log_level;
 	char err[8];
 	ss_policy_parse(ss_cfg.peers, &ss_peers, err, sizeof(err)); /* checked by the table */
+	ss_test_delays_load();
 	ss_real_init();
 	ss_pid = getpid();
 	pthread_atfork(NULL, NULL, after_fork_child);

@@ -19,12 +19,15 @@ extern struct ss_policy ss_peers;
  * interrupted one must not wait for locks that thread may hold. */
 extern __thread int ss_in_call;
 
-/* The transport module's operations and the process's worker, once loaded. */
+/* The transport module's operations and the process's worker, once loaded (loader.c). */
 extern const struct ss_transport_ops *ss_tp;
 extern struct ss_worker *ss_w;
 
 /* Loads the transport module and starts the worker on first need. Returns 0 or a reason. */
 enum ss_reason ss_tp_load(void);
+
+/* The transport's settings from the options table. */
+void ss_transport_cfg_fill(struct ss_transport_cfg *t);
 
 /*
  * True in a child made by vfork (or posix_spawn) before it execs: it shares
@@ -36,27 +39,140 @@ bool ss_in_vfork_child(void);
 /* The real socket functions, for the handshake layer. */
 extern const struct ss_hs_io ss_real_io;
 
+/* Internal result of a data-path step: the socket changed state, dispatch again. */
+#define SS_REDO 4096
+
+/* Bytes a connection holds before its decision (writes beyond wait or fail with EAGAIN). */
+#define SS_HOLD_MAX (64u << 10)
+
+/* ---- fds and the readiness mirror (mirror.c) ---- */
+
 /* Moves fd to a close-on-exec number above the application's. Returns it or -errno. */
 int ss_private_fd(int fd);
 
-/* Client: connect fd to addr and negotiate. Returns 0 or -errno as connect(2) would. */
-int ss_client_connect(struct ss_sock *s, int fd, const struct sockaddr *addr, socklen_t len);
+/*
+ * Puts the object of newfd on every name of s (keeping each name's flags,
+ * re-making its epoll registrations) and closes newfd. Returns 0 or -errno.
+ */
+int ss_put_on_names(struct ss_sock *s, int newfd);
 
 /*
- * Server: decide an accepted connection at its first I/O. wait_ms: how long
- * to wait for the client's first bytes (-1: as long as it takes). Returns 0
- * once decided (s->state is PLAIN or UPGRADED), -EAGAIN while undecided, or
- * -errno when waiting failed.
+ * Puts a fresh socketpair end on the application's names (s->shim_fd is
+ * ours); the TCP socket they named moves to s->tcp_fd unless it is there
+ * already. The mirror starts showing nothing. Returns 0 or -errno.
  */
-int ss_server_decide(struct ss_sock *s, int fd, int wait_ms);
+int ss_enter_pair(struct ss_sock *s);
 
-/* The last name of s was closed: deliver what was accepted, end the stream. */
-void ss_sock_finish(struct ss_sock *s);
+/*
+ * Hands s->tcp_fd back to the application's names and closes our
+ * socketpair end (waiters on the old object wake). Returns 0 or -errno.
+ */
+int ss_leave_pair(struct ss_sock *s);
+
+/* Makes the application's fd show ready (SS_RDY_*) as TCP would. Locks fd_lock. */
+void ss_mirror_show(struct ss_sock *s, unsigned ready);
+
+/* The connection's readiness hook: the mirror follows it while the socket is upgraded. */
+void ss_mirror_conn_ready(void *arg, unsigned ready);
 
 /* Re-makes the application's epoll registrations of fd after its object changed. */
 void ss_epoll_readd(struct ss_sock *s, int fd);
 
-/* Destination cache shared by the user's shimmed processes (cache.c). */
+/* ---- negotiation, both sides (decide.c) ---- */
+
+/* Milliseconds from now on the one clock. */
+uint64_t ss_deadline_in(int ms);
+
+/* The TCP round trip of fd, for raising waits on slow paths (0 if unknown). */
+int ss_rtt_ms(int fd);
+
+/* Creates s->conn for the local address of TCP fd (or local), filling s->mine. Returns a reason. */
+enum ss_reason ss_make_conn(struct ss_sock *s, int fd, const struct sockaddr_storage *local);
+
+/* Checks the peer's HELLO or ACCEPT and connects our QP to it. Returns a reason. */
+enum ss_reason ss_agree(struct ss_sock *s, int fd, const struct ss_msg *peer);
+
+/* The connection runs over RDMA from now on (peer: its parameters, for the status). */
+void ss_become_upgraded(struct ss_sock *s, const struct ss_params *peer);
+
+/* The connection stays on TCP, why says why; the caller moves the bytes (plain.c). */
+void ss_become_plain(struct ss_sock *s, enum ss_reason why);
+
+/* A decided connection gets a slot in the published statistics. */
+void ss_publish(struct ss_sock *s);
+
+/* Sends m on s->tcp_fd (or fd); gives up after ms. Returns 0 or -errno. */
+int ss_send_msg(int fd, const struct ss_msg *m, int ms);
+
+/* Starts the background work of s (watch of tcp_fd, kick timer). Returns 0 or -errno. */
+int ss_bg_start(struct ss_sock *s);
+
+/* Asks the progress thread to look at s again at (ms). */
+void ss_bg_kick(struct ss_sock *s, uint64_t at);
+
+/* Watches s->tcp_fd for events (EPOLLIN/EPOLLOUT) on the progress thread. */
+void ss_bg_watch(struct ss_sock *s, unsigned events);
+
+/*
+ * Upgraded: what arrived on the TCP side (READY, DECLINE before the commit
+ * point, its end); lock held. Returns true to keep watching.
+ */
+bool ss_upgraded_tcp_event(struct ss_sock *s);
+
+/* The last name of s was closed: deliver what was accepted, end the stream. */
+void ss_sock_finish(struct ss_sock *s);
+
+/* ---- client (client.c) ---- */
+
+/* connect() of a FRESH socket that may be upgraded. Returns 0 or -errno as connect(2). */
+int ss_client_connect(struct ss_sock *s, int fd, const struct sockaddr *addr, socklen_t len);
+
+/*
+ * Moves a client's negotiation on with what is there (lock held): the
+ * connect's end, answers, deadlines. Returns true while it goes on.
+ */
+bool ss_client_step(struct ss_sock *s);
+
+/* ---- server (server.c) ---- */
+
+/* An accepted connection: acknowledge a HELLO now or as soon as it comes. */
+void ss_server_accepted(struct ss_sock *s, int fd);
+
+/*
+ * Server: decide an accepted connection at its first I/O, lock held.
+ * wait_ms: how long to wait for the client's first bytes. Returns 0 once
+ * decided, -EAGAIN while undecided.
+ */
+int ss_server_decide(struct ss_sock *s, int fd, int wait_ms);
+
+/* The background watch of an accepted, undecided connection (lock held). Returns true to keep watching. */
+bool ss_server_step(struct ss_sock *s);
+
+/* ---- falling back to TCP (plain.c) ---- */
+
+/*
+ * Decided plain while our socketpair end is on the application's fd:
+ * writes what is held (and what the connection took and never sent) to
+ * tcp_fd, then hands tcp_fd back. Lock held. Returns 0 when done, -EAGAIN
+ * while bytes still wait for room (the progress thread goes on), -errno.
+ */
+int ss_fallback(struct ss_sock *s, enum ss_reason why);
+
+/* FALLBACK: writes more of the held bytes; hands tcp_fd back once all went. Lock held. */
+int ss_fallback_flush(struct ss_sock *s);
+
+/*
+ * Takes what the strip rule of s says off the head of the TCP stream on fd
+ * (lock held). wait: the read would block. Returns 0 (done or nothing to
+ * strip yet), -EAGAIN (a message is only partly there) or -errno.
+ */
+int ss_strip(struct ss_sock *s, int fd, bool wait);
+
+/* Appends to the held bytes; returns the count taken (short when full). */
+size_t ss_hold_append(struct ss_sock *s, const struct iovec *iov, int n);
+
+/* ---- the destination cache (cache.c) ---- */
+
 enum ss_dest_state {
 	SS_DEST_UNKNOWN,
 	SS_DEST_PLAIN,   /* answered a HELLO with silence or foreign bytes */
@@ -72,5 +188,13 @@ enum ss_dest_state ss_cache_begin(const struct sockaddr *dst, bool *prober_p);
 
 /* Records what a probe of dst found (and ends this caller's probe). */
 void ss_cache_record(const struct sockaddr *dst, enum ss_dest_state st);
+
+/* ---- test hooks (SRQSHIM_TEST_DELAYS, testdelay.c) ---- */
+
+/* Reads SRQSHIM_TEST_DELAYS (checked by the options table) at load. */
+void ss_test_delays_load(void);
+
+/* Sleeps as SRQSHIM_TEST_DELAYS says for point p (nothing when unset). */
+void ss_test_delay(enum ss_test_point p);
 
 #endif

@@ -7,6 +7,7 @@
 #include "shim/sock.h"
 
 #include <errno.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -94,15 +95,23 @@ struct ss_sock *ss_sock_get(int fd)
 	if (is_plain(s))
 		s = NULL;
 	if (s)
-		__atomic_add_fetch(&s->refs, 1, __ATOMIC_ACQ_REL);
+		atomic_fetch_add(&s->refs, 1);
 	pthread_mutex_unlock(&stripes[fd % N_STRIPES]);
 	return s;
 }
 
-void ss_sock_put(struct ss_sock *s)
+bool ss_sock_tryget(struct ss_sock *s)
 {
-	if (!s || __atomic_sub_fetch(&s->refs, 1, __ATOMIC_ACQ_REL) != 0)
-		return;
+	int r = atomic_load(&s->refs);
+
+	while (r > 0)
+		if (atomic_compare_exchange_weak(&s->refs, &r, r + 1))
+			return true;
+	return false;
+}
+
+static void sock_free(struct ss_sock *s)
+{
 	if (s->conn) {
 		if (ss_log_level >= SS_LOG_INFO) {
 			struct ss_conn_stats st;
@@ -126,9 +135,34 @@ void ss_sock_put(struct ss_sock *s)
 		ss_real.close(s->tcp_fd);
 	if (s->shim_fd >= 0)
 		ss_real.close(s->shim_fd);
+	free(s->hold);
 	pthread_mutex_destroy(&s->lock);
 	pthread_mutex_destroy(&s->fd_lock);
 	free(s);
+}
+
+static void sock_free_deferred(struct ss_defer *d)
+{
+	sock_free((struct ss_sock *)((char *)d - offsetof(struct ss_sock, grave)));
+}
+
+void ss_sock_put(struct ss_sock *s)
+{
+	if (!s || atomic_fetch_sub(&s->refs, 1) != 1)
+		return;
+	if (s->bg && ss_w) {
+		/*
+		 * The progress thread may hold a callback of ours already
+		 * harvested: it frees the entry after that (the callback's
+		 * ss_sock_tryget fails meanwhile).
+		 */
+		ss_tp->worker_timer_cancel(ss_w, &s->kick);
+		ss_tp->worker_unwatch(ss_w, &s->watch);
+		s->grave.fn = sock_free_deferred;
+		ss_tp->worker_defer(ss_w, &s->grave);
+		return;
+	}
+	sock_free(s);
 }
 
 static struct ss_sock *slot_swap(int fd, struct ss_sock *v)
@@ -157,13 +191,13 @@ struct ss_sock *ss_sock_new(int fd, int domain, enum ss_sock_state state)
 		return NULL;
 	pthread_mutex_init(&s->lock, NULL);
 	pthread_mutex_init(&s->fd_lock, NULL);
-	s->refs = 2; /* the table's and the caller's */
+	atomic_init(&s->refs, 2); /* the table's and the caller's */
 	s->fds[0] = fd;
 	s->n_fds = 1;
 	s->tcp_fd = -1;
 	s->shim_fd = -1;
 	s->domain = domain;
-	s->state = state;
+	atomic_init(&s->state, (int)state);
 	if (fd >= table_hwm)
 		__atomic_store_n(&table_hwm, fd + 1, __ATOMIC_RELAXED);
 	old = slot_swap(fd, s);
@@ -191,7 +225,7 @@ int ss_sock_add_fd(struct ss_sock *s, int fd)
 		return -ENOSPC;
 	}
 	s->fds[s->n_fds++] = fd;
-	__atomic_add_fetch(&s->refs, 1, __ATOMIC_ACQ_REL);
+	atomic_fetch_add(&s->refs, 1);
 	pthread_mutex_unlock(&s->fd_lock);
 	if (fd >= table_hwm)
 		__atomic_store_n(&table_hwm, fd + 1, __ATOMIC_RELAXED);

@@ -3,22 +3,43 @@
 #define SS_SHIM_SOCK_H
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
 
 #include "handshake/reason.h"
+#include "handshake/hello.h"
 #include "shim/config.h"
 #include "transport/conn.h"
 
+/*
+ * The life of a socket (docs/design.md, "Negotiation"). A client goes
+ * FRESH -> CONNECTING -> PROBING -> UPGRADED, or from PROBING (or
+ * RECONNECTING) through FALLBACK to PLAIN; a server ACCEPTED -> UPGRADED or
+ * PLAIN, and UPGRADED -> FALLBACK -> PLAIN when the client declines after
+ * all. From CONNECTING to FALLBACK the application's fd is our socketpair
+ * end (the TCP socket is tcp_fd); in PLAIN it is the TCP socket again.
+ */
 enum ss_sock_state {
-	SS_SOCK_FRESH,    /* a TCP socket before connect: its bind and options are recorded */
-	SS_SOCK_LISTEN,   /* listening; accepted sockets start in SS_SOCK_ACCEPTED */
-	SS_SOCK_ACCEPTED, /* server side, undecided: the first I/O looks for a HELLO */
-	SS_SOCK_PLAIN,    /* kernel TCP on the application's fd; reason says why */
-	SS_SOCK_UPGRADED, /* the application's fd is our socketpair end; conn carries the bytes */
-	SS_SOCK_FOREIGN,  /* an upgraded connection inherited over fork: not usable here */
+	SS_SOCK_FRESH,        /* a TCP socket before connect: its bind and options are recorded */
+	SS_SOCK_LISTEN,       /* listening; accepted sockets start in SS_SOCK_ACCEPTED */
+	SS_SOCK_CONNECTING,   /* client: the TCP connect runs on tcp_fd */
+	SS_SOCK_PROBING,      /* client: HELLO sent; writes held in hold, reads wait */
+	SS_SOCK_RECONNECTING, /* client: the probe failed; a plain TCP connect runs on tcp_fd */
+	SS_SOCK_ACCEPTED,     /* server side, undecided: the first I/O looks for a HELLO */
+	SS_SOCK_UPGRADED,     /* conn carries the bytes */
+	SS_SOCK_FALLBACK,     /* plain, but held bytes still go to tcp_fd before it is handed back */
+	SS_SOCK_PLAIN,        /* kernel TCP on the application's fd; reason says why */
+	SS_SOCK_FOREIGN,      /* inherited over fork while upgraded or negotiating: not usable here */
+};
+
+/* What must be taken off the head of the TCP stream before the application reads it. */
+enum ss_strip {
+	SS_STRIP_NONE,
+	SS_STRIP_NONCE, /* handshake messages carrying our nonce (answers and give-ups that crossed) */
+	SS_STRIP_HELLO, /* server that wrote first: a late HELLO, answered with DECLINE */
 };
 
 struct ss_stats_conn;
@@ -38,20 +59,21 @@ struct ss_epoll_reg {
  * Locks, always taken in this order: lock (state; held across negotiation
  * and transport calls), then the connection's own lock, then fd_lock (a
  * leaf: the fd names and the readiness mirror; never held across a
- * transport call).
+ * transport call). The progress thread only ever tries lock (its callbacks
+ * retry on the kick timer), so no application thread can stall it.
  */
 struct ss_sock {
 	pthread_mutex_t lock;
 	pthread_mutex_t fd_lock;
-	int refs;   /* table references plus calls in progress */
+	atomic_int refs; /* table references plus calls in progress */
 	int fds[4]; /* application fd numbers naming this socket (dup) */
 	int n_fds;
 	int tcp_fd;  /* the TCP socket once moved to a private fd, else -1 */
 	int shim_fd; /* our end of the socketpair, else -1 */
 	int domain;
-	enum ss_sock_state state;
+	atomic_int state; /* enum ss_sock_state; written under lock, read anywhere */
 	enum ss_reason reason;
-	struct ss_conn *conn;
+	struct ss_conn *conn; /* kept until the entry is freed once made (calls may hold it) */
 	uint8_t peer_mode; /* enum ss_recv_mode of the peer, when upgraded */
 	uint32_t peer_window;
 	struct ss_stats_conn *stat; /* our slot in the published statistics, or NULL */
@@ -62,21 +84,57 @@ struct ss_sock {
 	struct ss_opt_rec opts[16];
 	int n_opts;
 	bool cork;
-	bool strip_hello; /* plain after our server wrote first: remove a late HELLO */
+
+	/* negotiation (under lock) */
+	uint8_t strip;     /* enum ss_strip */
+	bool acked;        /* client: the server acknowledged; server: we sent ACK */
+	bool prober;       /* client: this connect probes its destination for the cache */
+	bool dest_shimmed; /* client: the cache knew the destination as shimmed */
+	bool reported;     /* client: connect() has reported the outcome of a connect in progress */
+	bool shut_wr_held; /* shutdown(SHUT_WR) before the decision: applied after it */
+	bool committed;    /* server: READY came (the client sends over RDMA from now on) */
+	atomic_bool reset_taken; /* the reset was reported once (read, write or SO_ERROR) */
+	uint32_t nonce;
+	uint64_t deadline; /* ms: the current wait of the negotiation ends then */
+	struct sockaddr_storage dst;
+	socklen_t dst_len;
+	struct ss_params mine;
+	uint8_t *hold;     /* bytes written before the decision, or going to tcp_fd first */
+	size_t hold_len, hold_max;
+
+	/* background work on the progress thread (when bg is set; ss_w's services) */
+	bool bg;
+	struct ss_watch watch; /* on tcp_fd */
+	struct ss_timer kick;  /* deadlines, and retries of a busy lock */
+	struct ss_defer grave; /* the free, after any callback already harvested */
 
 	/* epoll registrations of the application's fd, re-made after a swap */
 	struct ss_epoll_reg regs[8];
 	int n_regs;
 
 	/* the readiness mirror (under fd_lock) */
-	bool mirror_on;
+	bool mirror_on;    /* our socketpair end is on the application's names */
 	int tokens;
 	bool junk, rdhup_shown, hup_shown;
+	int wait_writers;  /* threads blocked writing into the application's end (see ss_leave_pair) */
 	bool shut_wr;
 };
 
 /* Returns the entry for fd with a reference taken, or NULL for an fd that is not ours. */
 struct ss_sock *ss_sock_get(int fd);
+
+/* Takes a reference unless the entry is already being freed (background callbacks). */
+bool ss_sock_tryget(struct ss_sock *s);
+
+static inline int ss_sock_state(struct ss_sock *s)
+{
+	return atomic_load_explicit(&s->state, memory_order_acquire);
+}
+
+static inline void ss_sock_set_state(struct ss_sock *s, int st)
+{
+	atomic_store_explicit(&s->state, st, memory_order_release);
+}
 
 /* Drops a reference from ss_sock_get() or ss_sock_new(). */
 void ss_sock_put(struct ss_sock *s);

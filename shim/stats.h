@@ -99,12 +99,15 @@ uint64_t ss_stats_start_time(pid_t pid);
 
 /*
  * A slot for a connection that was just decided, filled in with its
- * addresses (from tcp_fd), state and reason; NULL when nothing can be
- * published (the file cannot be made). Makes the process's file on first
- * use.
+ * addresses (from tcp_fd; the peer from peer while TCP still connects),
+ * state and reason; NULL when nothing can be published (the file cannot be
+ * made). Makes the process's file on first use.
  */
-struct ss_stats_conn *ss_stats_conn_open(int app_fd, int tcp_fd, enum ss_stats_state st,
-					 unsigned reason);
+struct ss_stats_conn *ss_stats_conn_open(int app_fd, int tcp_fd, const struct sockaddr *peer,
+					 enum ss_stats_state st, unsigned reason);
+
+/* The connection of slot went back to TCP (reason): it shows as such from now on. */
+void ss_stats_conn_fell_back(struct ss_stats_conn *slot, unsigned reason);
 
 /* Frees a slot (NULL accepted). */
 void ss_stats_conn_close(struct ss_stats_conn *slot);

@@ -19,6 +19,16 @@
  *       a read that signals interrupt goes on under SA_RESTART and fails
  *       with EINTR without it; writes to a peer that does not read fail
  *       with EAGAIN under SO_SNDTIMEO, and every byte accepted arrives
+ *   peer_check reset-victim ADDR PORT
+ *       connects, reads one byte, says "ready" and never reads again (the
+ *       caller kills it: over TCP its unread bytes make that a reset)
+ *   peer_check reset-survivor ADDR PORT write|read|soerror
+ *       accepts, sends a byte and 10,000 more, says "ready", waits for
+ *       SIGUSR1 (sent once the victim is dead), then checks what TCP gives
+ *       after a reset: the first of a write, a read or SO_ERROR (by the
+ *       order asked) reports ECONNRESET without SIGPIPE, then reads see
+ *       the end of the stream, SO_ERROR is 0, and writes fail with EPIPE
+ *       and SIGPIPE (none with MSG_NOSIGNAL)
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -359,6 +369,86 @@ static int calls_client(struct sockaddr_in *sa)
 	return 0;
 }
 
+static volatile sig_atomic_t reset_pipes, reset_go;
+
+static void reset_on_signal(int sig)
+{
+	if (sig == SIGPIPE)
+		reset_pipes++;
+	else
+		reset_go = 1;
+}
+
+/* One call after the reset: its result and errno, and the SIGPIPEs it raised. */
+static void reset_expect(const char *what, ssize_t got, int want, int want_errno, int pipes)
+{
+	int err = errno;
+
+	if (got != want || (got < 0 && err != want_errno) || reset_pipes != pipes) {
+		fprintf(stderr, "peer_check: reset: %s gave %zd (%s), %d SIGPIPE; want %d (%s), %d\n",
+			what, got, got < 0 ? strerror(err) : "-", (int)reset_pipes, want,
+			want < 0 ? strerror(want_errno) : "-", pipes);
+		exit(1);
+	}
+	printf("peer_check: reset: %s: %zd%s%s\n", what, got, got < 0 ? " " : "",
+	       got < 0 ? strerror(err) : "");
+}
+
+static int reset_survivor(struct sockaddr_in *sa, const char *order)
+{
+	static uint8_t buf[10000];
+	struct sigaction act = {.sa_handler = reset_on_signal};
+	sigset_t block, old;
+	int l = listen_on(sa), fd, soerr = -1;
+	socklen_t len = sizeof(soerr);
+	char c = 'x';
+
+	sigaction(SIGPIPE, &act, NULL);
+	sigaction(SIGUSR1, &act, NULL);
+	sigemptyset(&block);
+	sigaddset(&block, SIGUSR1);
+	sigprocmask(SIG_BLOCK, &block, &old);
+	fd = accept(l, NULL, NULL);
+	if (fd < 0)
+		die("accept");
+	write_all(fd, &c, 1);
+	write_all(fd, buf, sizeof(buf)); /* never read: a kill makes the victim's end reset */
+	printf("peer_check: survivor ready\n");
+	while (!reset_go)
+		sigsuspend(&old);
+	if (strcmp(order, "write") == 0) {
+		reset_expect("first write", write(fd, &c, 1), -1, ECONNRESET, 0);
+		reset_expect("second write", write(fd, &c, 1), -1, EPIPE, 1);
+	} else if (strcmp(order, "read") == 0) {
+		reset_expect("first read", read(fd, &c, 1), -1, ECONNRESET, 0);
+		reset_expect("second read", read(fd, &c, 1), 0, 0, 0);
+	} else {
+		reset_expect("SO_ERROR", getsockopt(fd, SOL_SOCKET, SO_ERROR, &soerr, &len) ? -1 : soerr,
+			     ECONNRESET, 0, 0);
+	}
+	reset_expect("SO_ERROR after", getsockopt(fd, SOL_SOCKET, SO_ERROR, &soerr, &len) ? -1 : soerr,
+		     0, 0, reset_pipes);
+	reset_expect("read", read(fd, &c, 1), 0, 0, reset_pipes);
+	int pipes = reset_pipes;
+	reset_expect("send(MSG_NOSIGNAL)", send(fd, &c, 1, MSG_NOSIGNAL), -1, EPIPE, pipes);
+	reset_expect("write", write(fd, &c, 1), -1, EPIPE, pipes + 1);
+	close(fd);
+	return 0;
+}
+
+static int reset_victim(struct sockaddr_in *sa)
+{
+	int fd = connect_to(sa);
+	char c;
+
+	if (read(fd, &c, 1) != 1)
+		die("read");
+	printf("peer_check: victim ready\n");
+	for (;;)
+		pause();
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	setvbuf(stdout, NULL, _IOLBF, 0);
@@ -388,6 +478,10 @@ int main(int argc, char **argv)
 		}
 		if (strcmp(argv[1], "calls-client") == 0)
 			return calls_client(&sa);
+		if (strcmp(argv[1], "reset-survivor") == 0 && argc == 5)
+			return reset_survivor(&sa, argv[4]);
+		if (strcmp(argv[1], "reset-victim") == 0)
+			return reset_victim(&sa);
 	}
 	fprintf(stderr, "usage: see the comment at the top of tests/peer_check.c\n");
 	return 2;

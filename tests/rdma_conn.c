@@ -49,14 +49,7 @@ static void on_ready(void *arg, unsigned ready)
 		abort();
 }
 
-static int tcp_idle(void *arg, int fd)
-{
-	(void)arg;
-	(void)fd;
-	return SS_TCP_IDLE;
-}
-
-static const struct ss_conn_hooks hooks = {.ready = on_ready, .tcp_event = tcp_idle};
+static const struct ss_conn_hooks hooks = {.ready = on_ready};
 
 /* Waits for a readiness report on fd; a lost one fails the test instead of hanging it. */
 static void wait_change(int fd)

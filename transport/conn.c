@@ -166,6 +166,8 @@ void ss_conn_report(struct ss_conn *c, bool edge)
 	c->last_ready = r;
 }
 
+static void conn_push(struct ss_conn *c);
+
 static void conn_rx_push(struct ss_conn *c, struct ss_blk *b, uint32_t len)
 {
 	struct rx_ent *e = &c->rxq[(c->rxq_head + c->rxq_count) % c->n_rxq];
@@ -182,6 +184,25 @@ static void conn_rx_push(struct ss_conn *c, struct ss_blk *b, uint32_t len)
 	}
 	c->rxq_count++;
 	c->rx_avail += len;
+}
+
+void ss_conn_unpin(struct ss_conn *c)
+{
+	pthread_mutex_lock(&c->lock);
+	for (uint32_t i = 0; c->srq && i < c->rxq_count; i++) {
+		struct rx_ent *e = &c->rxq[(c->rxq_head + i) % c->n_rxq];
+
+		if (!e->blk || !(e->heap = malloc(e->len)))
+			continue;
+		memcpy(e->heap, e->blk->addr, e->len);
+		c->be->release(c, e->blk);
+		e->blk = NULL;
+		c->held--;
+		c->pub->copied_out++;
+	}
+	if (c->st != ST_DEAD)
+		conn_push(c); /* the blocks go back on the SRQ */
+	pthread_mutex_unlock(&c->lock);
 }
 
 /* Frees the oldest queued message (read, or dropped at the end). */
@@ -369,24 +390,11 @@ static void conn_on_timer(struct ss_timer *t, uint64_t now_ms)
 	pthread_mutex_unlock(&c->lock);
 }
 
-struct ss_conn *ss_conn_from_tag(int *tag)
-{
-	return (struct ss_conn *)((char *)tag - offsetof(struct ss_conn, ep_tag));
-}
-
-void ss_conn_on_liveness(struct ss_conn *c)
+void ss_conn_peer_gone(struct ss_conn *c)
 {
 	pthread_mutex_lock(&c->lock);
-	int ev = c->st != ST_DEAD && !c->tcp_gone && c->hooks.tcp_event
-			 ? c->hooks.tcp_event(c->hooks_arg, c->liveness_fd)
-			 : SS_TCP_IDLE;
-
-	if (ev == SS_TCP_COMMIT && c->st == ST_CONNECTED) {
-		c->st = ST_RUNNING;
-		c->be->progress(c);
-	} else if (ev == SS_TCP_GONE) {
+	if (c->st != ST_DEAD && !c->tcp_gone) {
 		c->tcp_gone = true;
-		epoll_ctl(c->w->epfd, EPOLL_CTL_DEL, c->liveness_fd, NULL);
 		if (c->st == ST_CREATED || c->st == ST_CONNECTED)
 			ss_conn_fail(c, "peer gone during the handshake");
 		c->be->progress(c);
@@ -425,8 +433,6 @@ int ss_conn_create(struct ss_worker *w, const struct ss_transport_cfg *cfg,
 	c->pub = &c->stats;
 	c->hooks = *hooks;
 	c->hooks_arg = hooks_arg;
-	c->liveness_fd = -1;
-	c->ep_tag = SS_TAG_LIVENESS;
 	c->cq_tag = SS_TAG_CONN;
 	c->timer.fire = conn_on_timer;
 	ret = ss_worker_devctx(w, &cfg->dev, local, &c->dc, reason_p);
@@ -492,18 +498,6 @@ size_t ss_conn_local_gids(const struct ss_conn *c, uint8_t (*gids)[16], size_t m
 	return n;
 }
 
-int ss_conn_watch_liveness(struct ss_conn *c, int fd)
-{
-	struct epoll_event ev = {.events = EPOLLIN | EPOLLRDHUP, .data.ptr = &c->ep_tag};
-
-	pthread_mutex_lock(&c->lock);
-	c->liveness_fd = fd;
-	pthread_mutex_unlock(&c->lock);
-	if (epoll_ctl(c->w->epfd, EPOLL_CTL_ADD, fd, &ev) < 0)
-		return -errno;
-	return 0;
-}
-
 int ss_conn_connect(struct ss_conn *c, const struct ss_params *peer,
 		    const struct ss_agreement *agr)
 {
@@ -543,6 +537,34 @@ void ss_conn_start(struct ss_conn *c)
 		c->st = ST_RUNNING;
 	c->be->progress(c); /* data may have arrived before we knew the peer was ready */
 	pthread_mutex_unlock(&c->lock);
+}
+
+ssize_t ss_conn_take_unsent(struct ss_conn *c, uint8_t **buf_p)
+{
+	size_t len = 0, off = 0;
+	uint8_t *buf = NULL;
+	ssize_t ret;
+
+	pthread_mutex_lock(&c->lock);
+	for (uint32_t s = c->tx_posted; s != c->tx_open; s++)
+		len += c->tx_len[s % c->n_tx];
+	if (len && !(buf = malloc(len))) {
+		ret = -ENOMEM;
+		goto out;
+	}
+	for (uint32_t s = c->tx_posted; s != c->tx_open; s++) {
+		memcpy(buf + off, conn_tx_buf(c, s), c->tx_len[s % c->n_tx]);
+		off += c->tx_len[s % c->n_tx];
+	}
+	/* Whatever was not posted never will be: the stream goes on elsewhere. */
+	c->hold_until = 0;
+	ss_conn_fail(c, "stream handed back to TCP");
+	ss_conn_report(c, false);
+	*buf_p = buf;
+	ret = (ssize_t)len;
+out:
+	pthread_mutex_unlock(&c->lock);
+	return ret;
 }
 
 static int conn_state_error(const struct ss_conn *c)
@@ -676,6 +698,16 @@ out:
 	return ret;
 }
 
+size_t ss_conn_send_capacity(struct ss_conn *c)
+{
+	size_t n;
+
+	pthread_mutex_lock(&c->lock);
+	n = (size_t)c->n_tx * c->tx_slot_size;
+	pthread_mutex_unlock(&c->lock);
+	return n;
+}
+
 size_t ss_conn_readable(struct ss_conn *c)
 {
 	size_t n;
@@ -783,10 +815,7 @@ void ss_conn_destroy(struct ss_conn *c)
 	if (!c)
 		return;
 	pthread_mutex_lock(&c->lock);
-	if (c->liveness_fd >= 0 && !c->tcp_gone)
-		epoll_ctl(c->w->epfd, EPOLL_CTL_DEL, c->liveness_fd, NULL);
 	c->hooks.ready = NULL;
-	c->hooks.tcp_event = NULL;
 	c->pub = &c->stats; /* the shim's slot is gone after this returns */
 	if (c->st != ST_FAILED && c->st != ST_CREATED)
 		ss_qp_to_error(c->qp);

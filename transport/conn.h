@@ -17,6 +17,7 @@
 #include "handshake/negotiate.h"
 #include "handshake/reason.h"
 #include "transport/device.h"
+#include "transport/timer.h"
 
 struct ss_worker;
 struct ss_conn;
@@ -48,23 +49,51 @@ enum {
 };
 
 /*
- * What the shim hears from a connection. Both are called with the
- * connection's lock held, by any thread: they may only make system calls,
- * never call into the transport or take a lock held across transport calls.
- * After ss_conn_destroy() returns, neither is called again.
+ * What the shim hears from a connection. Called with the connection's lock
+ * held, by any thread: it may make system calls and arm worker timers (a
+ * leaf lock), never call a connection function or take a lock held across
+ * transport calls. After ss_conn_destroy() returns it is not called again.
  */
 struct ss_conn_hooks {
 	/* Readiness changed (or new data arrived: SS_RDY_EDGE). */
 	void (*ready)(void *arg, unsigned ready);
-	/* The liveness fd is readable: return what it said (enum ss_tcp_event). */
-	int (*tcp_event)(void *arg, int fd);
 };
 
-enum ss_tcp_event {
-	SS_TCP_IDLE,   /* nothing that matters */
-	SS_TCP_COMMIT, /* the peer says its QP is ready to receive: start */
-	SS_TCP_GONE,   /* end of file or reset: the peer process is gone */
+/*
+ * The worker's services for the shim's background work (negotiation,
+ * fallback): everything they call back runs on the progress thread with
+ * no transport lock held, so a callback may take the shim's locks (try,
+ * never wait: the progress thread must not stall).
+ */
+
+/* An fd the progress thread watches, one shot: cb runs once fd shows one of the events. */
+struct ss_watch {
+	int tag; /* the progress loop's: set by ss_worker_watch() */
+	int fd;
+	bool added;
+	void (*cb)(struct ss_watch *wt, unsigned revents);
 };
+
+/* Arms wt on fd for events (EPOLLIN, EPOLLOUT...), again after each callback. Returns 0 or -errno. */
+int ss_worker_watch(struct ss_worker *w, struct ss_watch *wt, int fd, unsigned events);
+
+/* Stops watching (call before closing the fd). A callback already harvested may still run. */
+void ss_worker_unwatch(struct ss_worker *w, struct ss_watch *wt);
+
+/* Work the progress thread runs after every callback it has already harvested (frees). */
+struct ss_defer {
+	struct ss_defer *next;
+	void (*fn)(struct ss_defer *d);
+};
+
+/* Queues d: the progress thread calls d->fn soon, never while one of its callbacks runs. */
+void ss_worker_defer(struct ss_worker *w, struct ss_defer *d);
+
+/* Arms t for at (ms, the one clock) or moves it there; t->fire runs on the progress thread. */
+void ss_worker_timer_arm(struct ss_worker *w, struct ss_timer *t, uint64_t at);
+
+/* Disarms t. A callback already running is not waited for. */
+void ss_worker_timer_cancel(struct ss_worker *w, struct ss_timer *t);
 
 /* Connection statistics, for the status tool. */
 struct ss_conn_stats {
@@ -116,12 +145,12 @@ int ss_conn_create(struct ss_worker *w, const struct ss_transport_cfg *cfg,
 		   struct ss_params *mine, enum ss_reason *reason_p);
 
 /*
- * Has the progress thread watch fd (the TCP connection) and ask the
- * tcp_event hook when it becomes readable. A gone peer that did not end its
- * stream fails the connection after a short grace, so RDMA messages that
- * the TCP end overtook are still delivered. Returns 0 or -errno.
+ * The peer's TCP end is gone (end of file or reset): before the commit
+ * point the connection fails; after it, a peer that did not end its stream
+ * fails the connection after a short grace, so RDMA messages that the TCP
+ * end overtook are still delivered.
  */
-int ss_conn_watch_liveness(struct ss_conn *c, int fd);
+void ss_conn_peer_gone(struct ss_conn *c);
 
 /* All GIDs of the connection's device port (for the loopback GID check). */
 size_t ss_conn_local_gids(const struct ss_conn *c, uint8_t (*gids)[16], size_t max);
@@ -133,8 +162,16 @@ size_t ss_conn_local_gids(const struct ss_conn *c, uint8_t (*gids)[16], size_t m
 int ss_conn_connect(struct ss_conn *c, const struct ss_params *peer,
 		    const struct ss_agreement *agr);
 
-/* The commit point: both QPs can receive. Data may now be sent. */
+/* The commit point: both QPs can receive (the peer said so). Data may now be sent. */
 void ss_conn_start(struct ss_conn *c);
+
+/*
+ * Before the commit point (or after a failure): takes every byte that
+ * ss_conn_send() accepted and never posted, oldest first, into a malloc'd
+ * buffer the caller frees (*buf_p NULL when there are none). From then on
+ * the connection takes no more data. Returns the count or -ENOMEM.
+ */
+ssize_t ss_conn_take_unsent(struct ss_conn *c, uint8_t **buf_p);
 
 /*
  * Copies up to the iovec's bytes into the send path. Returns the count taken
@@ -150,6 +187,9 @@ ssize_t ss_conn_send(struct ss_conn *c, const struct iovec *iov, int iovcnt, boo
  * peek: leave the bytes in place.
  */
 ssize_t ss_conn_recv(struct ss_conn *c, const struct iovec *iov, int iovcnt, bool peek);
+
+/* Bytes ss_conn_send() takes at once into an idle connection (all its send slots). */
+size_t ss_conn_send_capacity(struct ss_conn *c);
 
 /* Bytes readable now (FIONREAD). */
 size_t ss_conn_readable(struct ss_conn *c);
@@ -209,7 +249,13 @@ struct ss_transport_ops {
 			   const struct sockaddr *local, const struct ss_conn_hooks *hooks,
 			   void *hooks_arg, struct ss_conn **conn_p, struct ss_params *mine,
 			   enum ss_reason *reason_p);
-	int (*conn_watch_liveness)(struct ss_conn *c, int fd);
+	void (*conn_peer_gone)(struct ss_conn *c);
+	ssize_t (*conn_take_unsent)(struct ss_conn *c, uint8_t **buf_p);
+	int (*worker_watch)(struct ss_worker *w, struct ss_watch *wt, int fd, unsigned events);
+	void (*worker_unwatch)(struct ss_worker *w, struct ss_watch *wt);
+	void (*worker_defer)(struct ss_worker *w, struct ss_defer *d);
+	void (*worker_timer_arm)(struct ss_worker *w, struct ss_timer *t, uint64_t at);
+	void (*worker_timer_cancel)(struct ss_worker *w, struct ss_timer *t);
 	size_t (*conn_local_gids)(const struct ss_conn *c, uint8_t (*gids)[16], size_t max);
 	int (*conn_connect)(struct ss_conn *c, const struct ss_params *peer,
 			    const struct ss_agreement *agr);
@@ -217,6 +263,7 @@ struct ss_transport_ops {
 	ssize_t (*conn_send)(struct ss_conn *c, const struct iovec *iov, int iovcnt, bool more);
 	ssize_t (*conn_recv)(struct ss_conn *c, const struct iovec *iov, int iovcnt, bool peek);
 	size_t (*conn_readable)(struct ss_conn *c);
+	size_t (*conn_send_capacity)(struct ss_conn *c);
 	int (*conn_shutdown_wr)(struct ss_conn *c);
 	unsigned (*conn_ready)(struct ss_conn *c);
 	void (*conn_resync)(struct ss_conn *c);
@@ -231,7 +278,7 @@ struct ss_transport_ops {
 
 extern const struct ss_transport_ops ss_transport_ops;
 
-#define SS_TRANSPORT_OPS_VERSION 3
+#define SS_TRANSPORT_OPS_VERSION 4
 #define SS_TRANSPORT_OPS_SYMBOL  "ss_transport_ops"
 
 #endif

@@ -76,8 +76,6 @@ struct ss_conn {
 	struct ss_conn_hooks hooks;
 	uint32_t sq_depth, rx_window, ctrl_reserve;
 	void *hooks_arg;
-	int liveness_fd;
-	int ep_tag; /* SS_TAG_LIVENESS: the progress loop finds us by this field */
 	int cq_tag; /* SS_TAG_CONN: context of our own CQs (private RQ) */
 
 	struct ibv_cq *cq;  /* receive completions */

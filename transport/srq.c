@@ -53,16 +53,17 @@ void ss_srq_repost(struct ss_srq *s, struct ss_blk *chain)
 	post_blocks(s, chain);
 }
 
+/*
+ * The SRQ limit: below it the progress thread grows the pool, or, once at
+ * its bound, makes every connection copy its unread blocks out (unread
+ * data under the per-connection watermark of several slow readers could
+ * otherwise hold the whole pool and starve everyone else).
+ */
 static void arm_limit(struct ss_srq *s)
 {
 	struct ibv_srq_attr attr = {.srq_limit = s->cfg.initial / 4 ? s->cfg.initial / 4 : 1};
 	int ret;
 
-	/* At the bound, growth cannot help: RNR retry and the grant rule carry on. */
-	if (s->rx.n_blks >= s->rx.max_blks) {
-		s->limit = 0;
-		return;
-	}
 	ret = ibv_modify_srq(s->srq, &attr, IBV_SRQ_LIMIT);
 	if (ret) {
 		ss_log_warn("ibv_modify_srq(limit %u): %s", attr.srq_limit, strerror(ret));
@@ -434,9 +435,18 @@ void ss_srq_on_limit(struct ss_srq *s)
 
 	s->limit_events++;
 	got = grow(s, s->cfg.initial);
-	if (got > 0)
+	if (got > 0) {
 		ss_log_info("SRQ limit reached: pool grown by %d to %u blocks (bound %u)", got,
 			    s->rx.n_blks, s->rx.max_blks);
+	} else {
+		/* At the bound: unread data leaves the pool (poll lock before connection locks). */
+		pthread_mutex_lock(&s->poll_lock);
+		for (uint32_t i = 0; i < s->map_cap; i++)
+			if (s->map_qpn[i])
+				ss_conn_unpin(s->map_conn[i]);
+		pthread_mutex_unlock(&s->poll_lock);
+		s->unpins++;
+	}
 	arm_limit(s);
 }
 

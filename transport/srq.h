@@ -71,6 +71,7 @@ struct ss_srq {
 	uint32_t map_cap, map_n;
 	uint32_t peak_held; /* most blocks held by connections at once */
 	uint64_t limit_events;
+	uint64_t unpins; /* limit events at the bound: unread blocks copied out */
 };
 
 /* Makes the SRQ side of dc. Returns 0 and sets *srq_p, or -errno. */

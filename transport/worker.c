@@ -1,7 +1,7 @@
 /*
  * The worker: devices opened on first need, and one progress thread that
- * waits on their completion channels, on the connections' liveness fds and
- * on a wake-up eventfd. It alone takes CQ events, so it alone frees
+ * waits on their completion channels, on the fds the shim asks it to watch
+ * (ss_worker_watch) and on a wake-up eventfd, and runs timers. It alone takes CQ events, so it alone frees
  * connections (ss_worker_bury), which keeps frees and events apart.
  */
 #include "transport/worker.h"
@@ -273,6 +273,56 @@ void ss_worker_timer_cancel(struct ss_worker *w, struct ss_timer *t)
 	pthread_mutex_unlock(&w->lock);
 }
 
+int ss_worker_watch(struct ss_worker *w, struct ss_watch *wt, int fd, unsigned events)
+{
+	struct epoll_event ev = {.events = events | EPOLLONESHOT, .data.ptr = &wt->tag};
+
+	wt->tag = SS_TAG_WATCH;
+	if (wt->added && wt->fd == fd && epoll_ctl(w->epfd, EPOLL_CTL_MOD, fd, &ev) == 0)
+		return 0;
+	if (wt->added && wt->fd != fd)
+		epoll_ctl(w->epfd, EPOLL_CTL_DEL, wt->fd, NULL);
+	wt->fd = fd;
+	if (epoll_ctl(w->epfd, EPOLL_CTL_ADD, fd, &ev) != 0 &&
+	    (errno != EEXIST || epoll_ctl(w->epfd, EPOLL_CTL_MOD, fd, &ev) != 0)) {
+		wt->added = false;
+		return -errno;
+	}
+	wt->added = true;
+	return 0;
+}
+
+void ss_worker_unwatch(struct ss_worker *w, struct ss_watch *wt)
+{
+	if (wt->added)
+		epoll_ctl(w->epfd, EPOLL_CTL_DEL, wt->fd, NULL);
+	wt->added = false;
+}
+
+void ss_worker_defer(struct ss_worker *w, struct ss_defer *d)
+{
+	pthread_mutex_lock(&w->lock);
+	d->next = w->deferred;
+	w->deferred = d;
+	pthread_mutex_unlock(&w->lock);
+	ss_worker_wake(w);
+}
+
+/* Runs the deferred work (progress thread, between event batches). */
+static void run_deferred(struct ss_worker *w)
+{
+	struct ss_defer *d, *next;
+
+	pthread_mutex_lock(&w->lock);
+	d = w->deferred;
+	w->deferred = NULL;
+	pthread_mutex_unlock(&w->lock);
+	for (; d; d = next) {
+		next = d->next;
+		d->fn(d);
+	}
+}
+
 static void drain_channel(struct ss_devctx *dc)
 {
 	struct ibv_cq *cq;
@@ -397,11 +447,15 @@ static void *progress_main(void *arg)
 				drain_async((struct ss_devctx *)((char *)tag -
 								 offsetof(struct ss_devctx, async_tag)));
 				break;
-			case SS_TAG_LIVENESS:
-				ss_conn_on_liveness(ss_conn_from_tag(tag));
+			case SS_TAG_WATCH: {
+				struct ss_watch *wt = (struct ss_watch *)tag;
+
+				wt->cb(wt, evs[i].events);
 				break;
 			}
+			}
 		}
+		run_deferred(w);
 		int t_free = free_graveyard(w), t_pub = refresh_stats(w);
 
 		timeout = run_timers(w);

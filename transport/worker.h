@@ -17,7 +17,7 @@ struct ibv_cq;
 struct ibv_wc;
 
 /* What an epoll event's data.ptr points at: the tag field of one of these. */
-enum { SS_TAG_WAKE = 1, SS_TAG_CHANNEL, SS_TAG_ASYNC, SS_TAG_LIVENESS };
+enum { SS_TAG_WAKE = 1, SS_TAG_CHANNEL, SS_TAG_ASYNC, SS_TAG_WATCH };
 /* What a CQ's context points at: the cq_tag of a connection (own CQs) or of an SRQ. */
 enum { SS_TAG_CONN = 1, SS_TAG_SRQ };
 
@@ -55,6 +55,7 @@ struct ss_worker {
 	int ep_tag; /* SS_TAG_WAKE, for evfd */
 	pthread_t thread;
 	struct ss_conn *graveyard; /* destroyed conns the thread frees */
+	struct ss_defer *deferred; /* work queued with ss_worker_defer() */
 	struct ss_timers timers;   /* deadlines of connections (and of the shim's work) */
 	struct ss_no_dev no_dev[SS_NO_DEV_SLOTS];
 	unsigned no_dev_next;
@@ -79,14 +80,6 @@ void ss_worker_wake(struct ss_worker *w);
 /* Hands c to the progress thread for freeing. */
 void ss_worker_bury(struct ss_worker *w, struct ss_conn *c);
 
-/*
- * Arms t for at (or moves it there): the progress thread calls t->fire once
- * at has passed. Any thread; takes the worker's lock (a leaf).
- */
-void ss_worker_timer_arm(struct ss_worker *w, struct ss_timer *t, uint64_t at);
-
-/* Disarms t. A callback already running is not waited for. */
-void ss_worker_timer_cancel(struct ss_worker *w, struct ss_timer *t);
 
 /* Progress entry points for the worker thread (conn.c). */
 void ss_conn_on_cq_event(struct ss_conn *c, struct ibv_cq *cq);
@@ -94,10 +87,10 @@ struct ss_conn *ss_conn_from_cq_tag(int *tag);
 /* Completions of c's QP taken from a shared receive (recv) or send CQ, in CQ order; no lock of c held. */
 void ss_conn_on_wcs(struct ss_conn *c, const struct ibv_wc *wc, int n, bool recv);
 void ss_conn_on_last_wqe(struct ss_conn *c);
+/* The shared pool is exhausted at its bound: c's unread blocks are copied out and reposted. */
+void ss_conn_unpin(struct ss_conn *c);
 /* 0: c may be freed now; else the time to free it anyway (waiting for its last-WQE event). */
 uint64_t ss_conn_free_at(struct ss_conn *c);
-void ss_conn_on_liveness(struct ss_conn *c);
-struct ss_conn *ss_conn_from_tag(int *tag);
 /* The link of c in the graveyard. */
 struct ss_conn **ss_conn_grave_next_p(struct ss_conn *c);
 void ss_conn_free(struct ss_conn *c);

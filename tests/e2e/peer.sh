@@ -35,6 +35,30 @@ for how in plain shimmed; do
 	pass "corks, signals and socket timeouts ($how): as over TCP ($pkts RDMA packets)"
 done
 
+# After a reset, errno and SIGPIPE as TCP gives them: the first of a write, a
+# read or SO_ERROR reports ECONNRESET (no SIGPIPE), then reads see the end,
+# SO_ERROR is 0 and writes fail with EPIPE and SIGPIPE. Over kernel TCP
+# first, then under the shim (where the victim's death fails the connection).
+for how in plain shimmed; do
+	for order in write read soerror; do
+		port=$((port + 1))
+		pre_s=(); pre_c=()
+		[ $how = shimmed ] && pre_s=("${SERVED[@]}") && pre_c=("${SHIMMED[@]}")
+		"${pre_s[@]}" "$PC" reset-survivor "$ADDR" $port $order > "$WORK/rs.log" 2>&1 &
+		rs=$!
+		wait_listen $port
+		"${pre_c[@]}" "$PC" reset-victim "$ADDR" $port > "$WORK/rv.log" 2>&1 &
+		rv=$!
+		for _ in $(seq 1 100); do grep -q ready "$WORK/rs.log" && grep -q ready "$WORK/rv.log" && break; sleep 0.1; done
+		kill -9 $rv
+		wait $rv 2>/dev/null || true
+		sleep 2 # the shim fails the connection within the 500 ms grace after the TCP end
+		kill -USR1 $rs
+		wait $rs || { cat "$WORK/rs.log"; fail "reset, $order first ($how)"; }
+		pass "reset, $order first ($how): $(grep -c 'reset:' "$WORK/rs.log") observations as TCP's"
+	done
+done
+
 for victim in server client; do
 	port=$((port + 1))
 	"${SERVED[@]}" "$PC" hold-server "$ADDR" $port > "$WORK/hs.log" 2>&1 &

@@ -1,0 +1,348 @@
+/*
+ * What both sides of a negotiation share (docs/protocol.md, "Rules"): the
+ * connection and the agreement on it, the outcome, the background work the
+ * progress thread does for a socket, the TCP side of an upgraded
+ * connection, and the end of a connection.
+ */
+#include <errno.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <stddef.h>
+#include <string.h>
+#include <sys/epoll.h>
+
+#include "handshake/gid.h"
+#include "handshake/negotiate.h"
+#include "shim/real.h"
+#include "shim/shim.h"
+#include "shim/stats.h"
+#include "transport/log.h"
+
+static ssize_t decide_real_send(int fd, const void *b, size_t n, int f)
+{
+	return ss_real.send(fd, b, n, f);
+}
+
+static ssize_t decide_real_recv(int fd, void *b, size_t n, int f)
+{
+	return ss_real.recv(fd, b, n, f);
+}
+
+static int decide_real_poll(struct pollfd *p, nfds_t n, int t)
+{
+	return ss_real.poll(p, n, t);
+}
+
+const struct ss_hs_io ss_real_io = {decide_real_send, decide_real_recv, decide_real_poll};
+
+uint64_t ss_deadline_in(int ms)
+{
+	return ss_now_ms() + (uint64_t)ms;
+}
+
+int ss_rtt_ms(int fd)
+{
+	struct tcp_info ti;
+	socklen_t len = sizeof(ti);
+
+	if (ss_real.getsockopt(fd, IPPROTO_TCP, TCP_INFO, &ti, &len) != 0)
+		return 0;
+	return (int)(ti.tcpi_rtt / 1000);
+}
+
+int ss_send_msg(int fd, const struct ss_msg *m, int ms)
+{
+	return ss_hs_write(&ss_real_io, fd, m, ss_deadline_in(ms));
+}
+
+static const struct ss_conn_hooks decide_hooks = {.ready = ss_mirror_conn_ready};
+
+enum ss_reason ss_make_conn(struct ss_sock *s, int fd, const struct sockaddr_storage *local)
+{
+	struct ss_transport_cfg t;
+	struct sockaddr_storage here;
+	socklen_t len = sizeof(here);
+	enum ss_reason r;
+
+	if (!local) {
+		if (ss_real.getsockname(fd, (struct sockaddr *)&here, &len) != 0)
+			return SS_REASON_RESOURCE;
+		local = &here;
+	}
+	r = ss_tp_load();
+	if (r != SS_REASON_NONE)
+		return r;
+	ss_transport_cfg_fill(&t);
+	if (ss_tp->conn_create(ss_w, &t, (const struct sockaddr *)local, &decide_hooks, s, &s->conn,
+			       &s->mine, &r) != 0)
+		return r != SS_REASON_NONE ? r : SS_REASON_RESOURCE;
+	return SS_REASON_NONE;
+}
+
+enum ss_reason ss_agree(struct ss_sock *s, int fd, const struct ss_msg *peer)
+{
+	struct sockaddr_storage pa;
+	socklen_t len = sizeof(pa);
+	struct ss_agreement agr;
+	uint8_t gids[64][16];
+	size_t n;
+	enum ss_reason r;
+
+	r = ss_negotiate(&s->mine, peer, &agr);
+	if (r != SS_REASON_NONE)
+		return r;
+	if (ss_real.getpeername(fd, (struct sockaddr *)&pa, &len) != 0)
+		return SS_REASON_RESOURCE;
+	n = ss_tp->conn_local_gids(s->conn, gids, 64);
+	r = ss_check_peer_gid(peer->params.gid, (struct sockaddr *)&pa, (const uint8_t(*)[16])gids,
+			      n);
+	if (r != SS_REASON_NONE)
+		return r;
+	if (ss_tp->conn_connect(s->conn, &peer->params, &agr) != 0)
+		return SS_REASON_RESOURCE;
+	return SS_REASON_NONE;
+}
+
+void ss_become_upgraded(struct ss_sock *s, const struct ss_params *peer)
+{
+	s->reason = SS_REASON_NONE;
+	s->peer_mode = peer->recv_mode;
+	s->peer_window = peer->window;
+	ss_sock_set_state(s, SS_SOCK_UPGRADED);
+	ss_log_info("fd %d: upgraded (peer %s)", s->fds[0],
+		    peer->recv_mode == SS_RECV_SRQ ? "srq" : "rq");
+	ss_publish(s);
+	/* The TCP side: READY (or a crossing DECLINE) before the commit point, the peer's end after. */
+	ss_bg_watch(s, EPOLLIN | EPOLLRDHUP);
+}
+
+void ss_become_plain(struct ss_sock *s, enum ss_reason why)
+{
+	s->reason = why;
+	ss_sock_set_state(s, SS_SOCK_PLAIN);
+	if (why != SS_REASON_NONE)
+		ss_log_info("fd %d: TCP (%s)", s->fds[0], ss_reason_str(why));
+	if (s->stat)
+		ss_stats_conn_fell_back(s->stat, why); /* it was upgraded */
+	else
+		ss_publish(s);
+}
+
+void ss_publish(struct ss_sock *s)
+{
+	struct ss_stats_conn *st;
+	int state = ss_sock_state(s);
+
+	if (s->stat || (state != SS_SOCK_UPGRADED && state != SS_SOCK_PLAIN) ||
+	    (state == SS_SOCK_PLAIN && s->reason == SS_REASON_NONE) || s->n_fds == 0)
+		return;
+	st = ss_stats_conn_open(s->fds[0], s->tcp_fd >= 0 ? s->tcp_fd : s->fds[0],
+				s->dst_len ? (const struct sockaddr *)&s->dst : NULL,
+				state == SS_SOCK_UPGRADED ? SS_ST_UPGRADED : SS_ST_TCP, s->reason);
+	if (!st)
+		return;
+	if (state == SS_SOCK_UPGRADED) {
+		st->mode = ss_cfg.mode == SS_MODE_SRQ ? SS_RECV_SRQ : SS_RECV_RQ;
+		st->peer_mode = s->peer_mode;
+		st->tx_window = s->peer_window;
+		st->rx_window = (uint32_t)(ss_cfg.mode == SS_MODE_SRQ ? ss_cfg.srq_window
+								 : ss_cfg.rq_depth);
+		ss_tp->conn_publish(s->conn, &st->st);
+	}
+	s->stat = st;
+}
+
+/* ---- background work: the progress thread moves a socket on ---- */
+
+/* Runs what the socket's state needs; lock held. Returns the events to watch next (0: none). */
+static unsigned decide_bg_run(struct ss_sock *s)
+{
+	switch (ss_sock_state(s)) {
+	case SS_SOCK_CONNECTING:
+	case SS_SOCK_RECONNECTING:
+		ss_client_step(s);
+		break;
+	case SS_SOCK_PROBING:
+		ss_client_step(s);
+		break;
+	case SS_SOCK_ACCEPTED:
+		return ss_server_step(s) ? EPOLLIN : 0;
+	case SS_SOCK_UPGRADED:
+		return ss_upgraded_tcp_event(s) ? EPOLLIN | EPOLLRDHUP : 0;
+	case SS_SOCK_FALLBACK:
+		ss_fallback_flush(s);
+		break;
+	default:
+		return 0;
+	}
+	switch (ss_sock_state(s)) {
+	case SS_SOCK_CONNECTING:
+	case SS_SOCK_RECONNECTING:
+		return EPOLLOUT;
+	case SS_SOCK_PROBING:
+		return EPOLLIN;
+	case SS_SOCK_UPGRADED:
+		return EPOLLIN | EPOLLRDHUP;
+	case SS_SOCK_FALLBACK:
+		return EPOLLOUT;
+	default:
+		return 0;
+	}
+}
+
+/* A callback of the progress thread: runs the socket's work unless an application thread is at it. */
+static void decide_bg_enter(struct ss_sock *s)
+{
+	unsigned events;
+	int st = ss_sock_state(s);
+
+	/* Plain (or not yet connecting): nothing for the background; a stale kick or event. */
+	if (st < SS_SOCK_CONNECTING || st == SS_SOCK_PLAIN || st == SS_SOCK_FOREIGN)
+		return;
+	if (!ss_sock_tryget(s))
+		return; /* being freed */
+	if (pthread_mutex_trylock(&s->lock) != 0) {
+		/* An application call has it and moves it on itself; look again shortly. */
+		ss_bg_kick(s, ss_deadline_in(1));
+		ss_sock_put(s);
+		return;
+	}
+	events = decide_bg_run(s);
+	if (events && s->tcp_fd >= 0)
+		ss_bg_watch(s, events);
+	pthread_mutex_unlock(&s->lock);
+	ss_sock_put(s);
+}
+
+static void decide_watch_cb(struct ss_watch *wt, unsigned revents)
+{
+	(void)revents;
+	decide_bg_enter((struct ss_sock *)((char *)wt - offsetof(struct ss_sock, watch)));
+}
+
+static void decide_kick_cb(struct ss_timer *t, uint64_t now_ms)
+{
+	(void)now_ms;
+	decide_bg_enter((struct ss_sock *)((char *)t - offsetof(struct ss_sock, kick)));
+}
+
+int ss_bg_start(struct ss_sock *s)
+{
+	enum ss_reason r;
+
+	if (s->bg)
+		return 0;
+	r = ss_tp_load();
+	if (r != SS_REASON_NONE)
+		return -ENOSYS;
+	s->watch.cb = decide_watch_cb;
+	s->watch.fd = -1;
+	s->kick.fire = decide_kick_cb;
+	s->bg = true;
+	return 0;
+}
+
+void ss_bg_kick(struct ss_sock *s, uint64_t at)
+{
+	if (s->bg)
+		ss_tp->worker_timer_arm(ss_w, &s->kick, at);
+}
+
+void ss_bg_watch(struct ss_sock *s, unsigned events)
+{
+	if (s->bg && s->tcp_fd >= 0 && ss_tp->worker_watch(ss_w, &s->watch, s->tcp_fd, events) != 0)
+		ss_log_warn("fd %d: cannot watch its TCP side: %s", s->fds[0], strerror(errno));
+}
+
+/* ---- the TCP side of an upgraded connection ---- */
+
+bool ss_upgraded_tcp_event(struct ss_sock *s)
+{
+	struct ss_msg m;
+	char buf[256];
+
+	for (;;) {
+		switch (ss_hs_read(&ss_real_io, s->tcp_fd, &m, 0, NULL)) {
+		case SS_HSR_MSG:
+			if (m.nonce != s->nonce)
+				continue;
+			if (m.type == SS_MSG_READY && !s->committed) {
+				s->committed = true;
+				ss_tp->conn_start(s->conn);
+			} else if (m.type == SS_MSG_DECLINE && !s->committed) {
+				/* The client gave up before it saw our ACCEPT: its bytes follow on TCP. */
+				ss_fallback(s, m.reason < SS_REASON__COUNT ? (enum ss_reason)m.reason
+									   : SS_REASON_PEER_DECLINED);
+				return false;
+			}
+			continue; /* repeated ACKs and the like: skipped */
+		case SS_HSR_EOF:
+		case SS_HSR_ERROR:
+			ss_tp->conn_peer_gone(s->conn);
+			return false;
+		case SS_HSR_FOREIGN:
+		case SS_HSR_BAD:
+			/* Nothing else belongs on the TCP stream after an upgrade. */
+			ss_log_warn("fd %d: unexpected bytes on the TCP side of an upgraded connection",
+				    s->fds[0]);
+			if (ss_real.recv(s->tcp_fd, buf, sizeof(buf), MSG_DONTWAIT) <= 0) {
+				ss_tp->conn_peer_gone(s->conn);
+				return false;
+			}
+			continue;
+		case SS_HSR_TIMEOUT:
+			return true;
+		case SS_HSR_PARTIAL:
+			/* Part of a message: look again shortly (the fd would show readable at once). */
+			ss_bg_kick(s, ss_deadline_in(2));
+			return false;
+		}
+	}
+}
+
+/* ---- the end ---- */
+
+void ss_sock_finish(struct ss_sock *s)
+{
+	uint64_t end = ss_deadline_in(ss_cfg.linger_ms);
+	struct ss_conn *c = NULL;
+	bool shut = false;
+
+	pthread_mutex_lock(&s->lock);
+	/* A negotiation in progress ends first: its held bytes go wherever it decides. */
+	while (ss_client_step(s) && ss_now_ms() < end) {
+		struct pollfd p = {.fd = s->tcp_fd,
+				   .events = ss_sock_state(s) == SS_SOCK_PROBING ? POLLIN : POLLOUT};
+		uint64_t until = s->deadline && s->deadline < end ? s->deadline : end;
+		uint64_t now = ss_now_ms();
+
+		pthread_mutex_unlock(&s->lock);
+		ss_real.poll(&p, 1, until > now ? (int)(until - now) : 0);
+		pthread_mutex_lock(&s->lock);
+	}
+	while (ss_sock_state(s) == SS_SOCK_FALLBACK && ss_fallback_flush(s) == -EAGAIN &&
+	       ss_now_ms() < end) {
+		struct pollfd p = {.fd = s->tcp_fd, .events = POLLOUT};
+
+		pthread_mutex_unlock(&s->lock);
+		ss_real.poll(&p, 1, (int)(end - ss_now_ms()));
+		pthread_mutex_lock(&s->lock);
+	}
+	if (ss_sock_state(s) == SS_SOCK_UPGRADED && s->conn) {
+		c = s->conn; /* stays until the entry is freed: the caller holds a reference */
+		shut = !s->shut_wr;
+		s->shut_wr = true;
+	}
+	pthread_mutex_unlock(&s->lock);
+	if (!c)
+		return;
+	/*
+	 * What send() accepted is delivered before the end of stream, within
+	 * the linger; without our lock, which the progress thread needs to
+	 * see the peer's READY or its end.
+	 */
+	if (shut)
+		ss_tp->conn_shutdown_wr(c);
+	ss_tp->conn_drain(c, (int)(end > ss_now_ms() ? end - ss_now_ms() : 0));
+}

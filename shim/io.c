@@ -1,0 +1,531 @@
+/*
+ * The data path of the sockets the shim tracks: every read-like and
+ * write-like call lands here and is dispatched by the socket's state
+ * (shim/sock.h): undecided connections are decided or waited for, upgraded
+ * ones go through their transport connection, plain ones go back to libc.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "shim/io.h"
+#include "shim/real.h"
+#include "shim/shim.h"
+#include "transport/log.h"
+
+static size_t io_iov_total(const struct iovec *iov, int n)
+{
+	size_t t = 0;
+
+	for (int i = 0; i < n; i++)
+		t += iov[i].iov_len;
+	return t;
+}
+
+/* Moves the iovec past n bytes. */
+static void io_iov_advance(struct iovec *iov, int cnt, size_t n)
+{
+	for (int i = 0; i < cnt && n; i++) {
+		size_t k = n < iov[i].iov_len ? n : iov[i].iov_len;
+
+		iov[i].iov_base = (char *)iov[i].iov_base + k;
+		iov[i].iov_len -= k;
+		n -= k;
+	}
+}
+
+/*
+ * A private copy of the caller's iovec that the call may advance: on the
+ * stack up to 64 entries, else on the heap (up to IOV_MAX, as the kernel).
+ */
+struct io_vec {
+	struct iovec small[64];
+	struct iovec *v;
+	int n;
+};
+
+static int io_vec_copy(struct io_vec *c, const struct iovec *iov, int n)
+{
+	if (n < 0 || n > IOV_MAX)
+		return -EINVAL;
+	c->v = n <= 64 ? c->small : malloc(sizeof(*iov) * (size_t)n);
+	if (!c->v)
+		return -ENOMEM;
+	if (n)
+		memcpy(c->v, iov, sizeof(*iov) * (size_t)n);
+	c->n = n;
+	return 0;
+}
+
+static void io_vec_free(struct io_vec *c)
+{
+	if (c->v != c->small)
+		free(c->v);
+}
+
+static bool io_nonblocking(int fd)
+{
+	int fl = ss_real.fcntl(fd, F_GETFL);
+
+	return fl >= 0 && (fl & O_NONBLOCK);
+}
+
+static bool io_would_wait(int fd, int flags)
+{
+	return !(flags & MSG_DONTWAIT) && !io_nonblocking(fd);
+}
+
+/*
+ * Sleeps until the application's fd (our socketpair end) shows what the
+ * caller waits for: a blocking call on that end that ends when it does: a
+ * peek at the readable token (or end of file), or a one-byte write that
+ * goes through once the junk that shows "not writable" is gone (the byte
+ * is junk too). Unlike poll(2), these are restarted after a signal handler
+ * installed with SA_RESTART, and they honour SO_RCVTIMEO and SO_SNDTIMEO,
+ * which the application's end carries: a TCP read or write would do the
+ * same. An upgraded connection is first polled from this thread
+ * (SRQSHIM_POLL_US), which spares the hop through the progress thread.
+ * Returns 0 (something changed: the caller tries again), -EAGAIN (timeout)
+ * or -EINTR.
+ */
+static int io_wait_app_fd(struct ss_sock *s, int fd, bool out)
+{
+	char b = 0;
+	ssize_t n;
+
+	if (ss_sock_state(s) == SS_SOCK_UPGRADED && ss_cfg.poll_us > 0 &&
+	    ss_tp->conn_spin(s->conn, (unsigned)ss_cfg.poll_us))
+		return 0;
+	if (out) {
+		/* Counted, so that the fd number is not handed to the TCP socket meanwhile. */
+		pthread_mutex_lock(&s->fd_lock);
+		if (!s->mirror_on) {
+			pthread_mutex_unlock(&s->fd_lock);
+			return 0;
+		}
+		s->wait_writers++;
+		pthread_mutex_unlock(&s->fd_lock);
+		n = ss_real.send(fd, &b, 1, MSG_NOSIGNAL);
+		pthread_mutex_lock(&s->fd_lock);
+		s->wait_writers--;
+		pthread_mutex_unlock(&s->fd_lock);
+	} else {
+		n = ss_real.recv(fd, &b, 1, MSG_PEEK);
+	}
+	if (n >= 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR))
+		return 0; /* shown, or our end shut down: the state says what */
+	return errno == EINTR ? -EINTR : -EAGAIN;
+}
+
+/*
+ * A connection that is plain for good needs no entry: its calls go straight
+ * to libc. Under the lock: the decision (and its statistics slot) may still
+ * be under way on the progress thread.
+ */
+void ss_io_forget_if_plain(struct ss_sock *s)
+{
+	pthread_mutex_lock(&s->lock);
+	if (ss_sock_state(s) == SS_SOCK_PLAIN && s->strip == SS_STRIP_NONE && !s->hold_len)
+		ss_sock_forget(s);
+	pthread_mutex_unlock(&s->lock);
+}
+
+/* Decides an accepted connection at a read: waits as the read would. */
+static int io_decide_for_read(struct ss_sock *s, int fd, int flags)
+{
+	bool wait = io_would_wait(fd, flags);
+	int ret;
+
+	if (wait) {
+		/*
+		 * The client's first bytes (or its end) are waited for as the
+		 * read would wait (SA_RESTART, SO_RCVTIMEO), and unlocked.
+		 */
+		char b;
+
+		if (ss_real.recv(fd, &b, 1, MSG_PEEK) < 0)
+			return -errno;
+	}
+	pthread_mutex_lock(&s->lock);
+	/* The rest of a partial HELLO has a second to come. */
+	ret = ss_server_decide(s, fd, wait ? 1000 : 0);
+	pthread_mutex_unlock(&s->lock);
+	return ret;
+}
+
+/* Decides an accepted connection at a write: the client's HELLO has a bounded time to come. */
+static void io_decide_for_write(struct ss_sock *s, int fd)
+{
+	int wait = ss_cfg.server_wait_ms + 4 * ss_rtt_ms(fd);
+
+	pthread_mutex_lock(&s->lock);
+	if (ss_server_decide(s, fd, wait) == -EAGAIN && ss_sock_state(s) == SS_SOCK_ACCEPTED) {
+		/* No HELLO in time: plain, and a late HELLO is taken out of the stream. */
+		s->strip = SS_STRIP_HELLO;
+		if (s->tcp_fd >= 0) {
+			ss_tp->worker_unwatch(ss_w, &s->watch);
+			ss_real.close(s->tcp_fd);
+			s->tcp_fd = -1;
+		}
+		ss_become_plain(s, SS_REASON_PEER_PLAIN);
+	}
+	pthread_mutex_unlock(&s->lock);
+}
+
+/* A plain connection with handshake messages to take off its head before reading. */
+static int io_strip_for_read(struct ss_sock *s, int fd, int flags)
+{
+	int ret = 0;
+
+	pthread_mutex_lock(&s->lock);
+	if (s->strip != SS_STRIP_NONE)
+		ret = ss_strip(s, fd, io_would_wait(fd, flags));
+	pthread_mutex_unlock(&s->lock);
+	return ret;
+}
+
+/*
+ * An undecided client, or one falling back: moves it on with what is there
+ * and, if that changed nothing, waits as the call would (out: a write).
+ * Returns 0 (look at the state again) or -errno.
+ */
+static int io_wait_decision(struct ss_sock *s, int fd, int flags, bool out)
+{
+	int st;
+
+	pthread_mutex_lock(&s->lock);
+	st = ss_sock_state(s);
+	if (st == SS_SOCK_FALLBACK)
+		ss_fallback_flush(s);
+	else
+		ss_client_step(s);
+	pthread_mutex_unlock(&s->lock);
+	if (ss_sock_state(s) != st)
+		return 0;
+	if (!io_would_wait(fd, flags))
+		return -EAGAIN;
+	return io_wait_app_fd(s, fd, out);
+}
+
+/*
+ * Writes while undecided (or falling back): held, up to hold_max. Returns
+ * the count taken, -EAGAIN when the hold is full, or -SS_REDO when the
+ * state changed under us.
+ */
+static ssize_t io_hold(struct ss_sock *s, const struct iovec *iov, int n, int st)
+{
+	ssize_t r = -SS_REDO;
+
+	pthread_mutex_lock(&s->lock);
+	if (ss_sock_state(s) == st) {
+		r = (ssize_t)ss_hold_append(s, iov, n);
+		if (st == SS_SOCK_FALLBACK)
+			ss_fallback_flush(s);
+		else if (s->hold_len >= s->hold_max)
+			ss_mirror_show(s, 0); /* not writable until the decision */
+		if (r == 0)
+			r = -EAGAIN;
+	}
+	pthread_mutex_unlock(&s->lock);
+	return r;
+}
+
+/* ---- the data path of an upgraded connection ---- */
+
+/*
+ * A failed connection reports its reset once, as TCP's pending error: to
+ * whichever comes first of a read, a write or SO_ERROR. After that, reads
+ * see the end of the stream and writes a broken pipe.
+ */
+bool ss_io_take_reset(struct ss_sock *s)
+{
+	return !atomic_exchange(&s->reset_taken, true);
+}
+
+/* A transport error while the socket changed state under us (fallback): dispatch again. */
+static ssize_t io_up_result(struct ss_sock *s, ssize_t r)
+{
+	if (r < 0 && r != -EAGAIN && ss_sock_state(s) != SS_SOCK_UPGRADED &&
+	    ss_sock_state(s) != SS_SOCK_FOREIGN)
+		return -SS_REDO;
+	return r;
+}
+
+static ssize_t io_up_recv(struct ss_sock *s, int fd, const struct iovec *iov, int n, int flags)
+{
+	bool peek = flags & MSG_PEEK, waitall = (flags & MSG_WAITALL) && !peek;
+	size_t want, got = 0;
+	struct io_vec local;
+	ssize_t r;
+
+	if (ss_sock_state(s) == SS_SOCK_FOREIGN)
+		return -EBADF;
+	r = io_vec_copy(&local, iov, n);
+	if (r)
+		return r;
+	want = io_iov_total(local.v, local.n);
+	for (;;) {
+		r = io_up_result(s, ss_tp->conn_recv(s->conn, local.v, local.n, peek));
+		if (r > 0) {
+			got += (size_t)r;
+			if (!waitall || got == want)
+				break;
+			/* MSG_WAITALL: advance through the iovec and go on. */
+			io_iov_advance(local.v, local.n, (size_t)r);
+			continue;
+		}
+		if (r != -EAGAIN)
+			break;
+		/* The O_NONBLOCK flag is looked up only when the call would block. */
+		if (!io_would_wait(fd, flags))
+			break;
+		r = io_wait_app_fd(s, fd, false);
+		if (r)
+			break;
+		if (ss_sock_state(s) != SS_SOCK_UPGRADED) {
+			r = -SS_REDO;
+			break;
+		}
+	}
+	io_vec_free(&local);
+	/* Bytes already read are the result, whatever came after them. */
+	if (got)
+		return (ssize_t)got;
+	if (r == -ECONNRESET && !ss_io_take_reset(s))
+		return 0;
+	return r;
+}
+
+/* Sends from the caller's private iovec (advanced as bytes go); returns the count or -errno. */
+static ssize_t io_up_send(struct ss_sock *s, int fd, struct io_vec *local, size_t want, int flags)
+{
+	bool more = (flags & MSG_MORE) || s->cork;
+	size_t sent = 0;
+	ssize_t r = 0;
+
+	if (ss_sock_state(s) == SS_SOCK_FOREIGN)
+		return -EBADF;
+	while (sent < want) {
+		r = io_up_result(s, ss_tp->conn_send(s->conn, local->v, local->n, more));
+		if (r > 0) {
+			sent += (size_t)r;
+			io_iov_advance(local->v, local->n, (size_t)r);
+			continue;
+		}
+		if (r == -EAGAIN && io_would_wait(fd, flags)) {
+			r = io_wait_app_fd(s, fd, true);
+			if (r == 0 && ss_sock_state(s) != SS_SOCK_UPGRADED)
+				r = -SS_REDO;
+			if (r == 0)
+				continue;
+		}
+		break;
+	}
+	return sent ? (ssize_t)sent : r;
+}
+
+/* ---- dispatch by state ---- */
+
+/*
+ * An fd never seen before (inherited over exec, made before we could see
+ * it): a connected TCP socket is treated as an accepted one, at its first
+ * I/O; anything else is marked as not ours.
+ */
+static struct ss_sock *io_classify(int fd)
+{
+	int domain = 0, type = 0, proto = 0, listening = 0;
+	socklen_t len = sizeof(int);
+	struct sockaddr_storage pa;
+	socklen_t plen = sizeof(pa);
+
+	if (ss_real.getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &domain, &len) != 0 ||
+	    ss_real.getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &len) != 0 ||
+	    ss_real.getsockopt(fd, SOL_SOCKET, SO_PROTOCOL, &proto, &len) != 0 ||
+	    !ss_is_tcp(domain, type, proto) ||
+	    ss_real.getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &listening, &len) != 0 || listening ||
+	    ss_real.getpeername(fd, (struct sockaddr *)&pa, &plen) != 0 ||
+	    ss_cfg.mode == SS_MODE_TCP) {
+		ss_sock_mark_plain_fd(fd);
+		return NULL;
+	}
+	return ss_sock_new(fd, domain, SS_SOCK_ACCEPTED);
+}
+
+bool ss_is_tcp(int domain, int type, int proto)
+{
+	return (domain == AF_INET || domain == AF_INET6) && (type & 0xf) == SOCK_STREAM &&
+	       (proto == 0 || proto == IPPROTO_TCP);
+}
+
+struct ss_sock *ss_io_get(int fd)
+{
+	struct ss_sock *s = ss_sock_get(fd);
+
+	if (s || !ss_sock_unknown(fd))
+		return s;
+	return io_classify(fd);
+}
+
+ssize_t ss_io_recv(int fd, const struct iovec *iov, int n, int flags, bool *handled)
+{
+	struct ss_sock *s = ss_io_get(fd);
+	ssize_t r = 0;
+
+	*handled = false;
+	if (!s)
+		return 0;
+	ss_in_call++;
+	for (;;) {
+		switch (ss_sock_state(s)) {
+		case SS_SOCK_ACCEPTED:
+			r = io_decide_for_read(s, fd, flags);
+			if (r == 0)
+				continue;
+			break;
+		case SS_SOCK_CONNECTING:
+		case SS_SOCK_PROBING:
+		case SS_SOCK_RECONNECTING:
+		case SS_SOCK_FALLBACK:
+			r = io_wait_decision(s, fd, flags, false);
+			if (r == 0)
+				continue;
+			break;
+		case SS_SOCK_UPGRADED:
+		case SS_SOCK_FOREIGN:
+			r = io_up_recv(s, fd, iov, n, flags);
+			if (r == -SS_REDO)
+				continue;
+			break;
+		case SS_SOCK_PLAIN:
+			r = s->strip != SS_STRIP_NONE ? io_strip_for_read(s, fd, flags) : 0;
+			if (r == 0) {
+				ss_io_forget_if_plain(s);
+				goto not_ours;
+			}
+			break;
+		default:
+			goto not_ours;
+		}
+		break;
+	}
+	*handled = true;
+not_ours:
+	ss_in_call--;
+	ss_sock_put(s);
+	return r;
+}
+
+/*
+ * A write that found the stream over: the reset itself the first time (as
+ * TCP's pending error, no signal), EPIPE and SIGPIPE (unless asked not to)
+ * afterwards and after our own shutdown.
+ */
+static ssize_t io_broken_pipe(struct ss_sock *s, ssize_t r, int flags)
+{
+	if (r != -EPIPE && r != -ECONNRESET)
+		return r;
+	if (r == -ECONNRESET && ss_io_take_reset(s))
+		return -ECONNRESET;
+	if (!(flags & MSG_NOSIGNAL))
+		raise(SIGPIPE);
+	return -EPIPE;
+}
+
+ssize_t ss_io_send(int fd, const struct iovec *iov, int n, int flags, bool *handled)
+{
+	struct ss_sock *s = ss_io_get(fd);
+	struct io_vec local;
+	size_t want, sent = 0;
+	ssize_t r = 0;
+	int st;
+
+	*handled = false;
+	if (!s)
+		return 0;
+	if (ss_sock_state(s) < SS_SOCK_CONNECTING || ss_sock_state(s) == SS_SOCK_PLAIN) {
+		/* Not (or no longer) ours: libc's call, unless a decision is due. */
+		if (ss_sock_state(s) == SS_SOCK_PLAIN)
+			ss_io_forget_if_plain(s);
+		ss_sock_put(s);
+		return 0;
+	}
+	*handled = true;
+	r = io_vec_copy(&local, iov, n);
+	if (r) {
+		ss_sock_put(s);
+		return r;
+	}
+	want = io_iov_total(local.v, local.n);
+	ss_in_call++;
+	while (sent < want || (want == 0 && r == 0)) {
+		switch ((st = ss_sock_state(s))) {
+		case SS_SOCK_ACCEPTED:
+			io_decide_for_write(s, fd);
+			continue;
+		case SS_SOCK_CONNECTING:
+			/* As TCP: a write waits for the connect (EAGAIN when it may not wait). */
+			r = io_wait_decision(s, fd, flags, true);
+			if (r == 0)
+				continue;
+			break;
+		case SS_SOCK_PROBING:
+		case SS_SOCK_RECONNECTING:
+		case SS_SOCK_FALLBACK:
+			r = io_hold(s, local.v, local.n, st);
+			if (r > 0) {
+				sent += (size_t)r;
+				io_iov_advance(local.v, local.n, (size_t)r);
+				if (!io_would_wait(fd, flags))
+					break;
+				continue;
+			}
+			if (r == -SS_REDO)
+				continue;
+			if (r == -EAGAIN) {
+				r = io_wait_decision(s, fd, flags, true);
+				if (r == 0)
+					continue;
+			}
+			break;
+		case SS_SOCK_UPGRADED:
+		case SS_SOCK_FOREIGN:
+			r = io_up_send(s, fd, &local, want - sent, flags);
+			if (r == -SS_REDO)
+				continue;
+			if (r > 0) {
+				sent += (size_t)r;
+				if (sent < want && io_would_wait(fd, flags))
+					continue;
+			}
+			break;
+		case SS_SOCK_PLAIN: {
+			/* Fell back meanwhile: the rest goes to the TCP socket now on fd, as libc's. */
+			struct msghdr mh = {.msg_iov = local.v, .msg_iovlen = (size_t)local.n};
+
+			r = ss_real.sendmsg(fd, &mh, flags);
+			if (r < 0) {
+				r = -errno;
+				goto out; /* the kernel's errno and signal, as they are */
+			}
+			sent += (size_t)r;
+			break;
+		}
+		default:
+			r = -EBADF;
+			break;
+		}
+		break;
+	}
+	if (!sent)
+		r = io_broken_pipe(s, r, flags);
+out:
+	io_vec_free(&local);
+	ss_in_call--;
+	ss_sock_put(s);
+	return sent ? (ssize_t)sent : r;
+}

@@ -1,0 +1,32 @@
+/* The data path of tracked sockets (io.c), for the libc entry points. */
+#ifndef SS_SHIM_IO_H
+#define SS_SHIM_IO_H
+
+#include <stdbool.h>
+#include <sys/types.h>
+#include <sys/uio.h>
+
+struct ss_sock;
+
+/* True for a TCP socket of the kind the shim may upgrade. */
+bool ss_is_tcp(int domain, int type, int proto);
+
+/* The entry for fd on the I/O path (a reference taken), classifying a never-seen fd. */
+struct ss_sock *ss_io_get(int fd);
+
+/*
+ * A read-like call on fd. *handled false: fd is not (or no longer) ours and
+ * the caller makes the real call; else the result, or -errno.
+ */
+ssize_t ss_io_recv(int fd, const struct iovec *iov, int n, int flags, bool *handled);
+
+/* True the first time the reset of s is reported (as TCP's pending error). */
+bool ss_io_take_reset(struct ss_sock *s);
+
+/* Untracks s when it is plain for good (its calls then cost one table read). */
+void ss_io_forget_if_plain(struct ss_sock *s);
+
+/* A write-like call on fd; as ss_io_recv(). */
+ssize_t ss_io_send(int fd, const struct iovec *iov, int n, int flags, bool *handled);
+
+#endif

@@ -1,0 +1,244 @@
+/*
+ * The application's fd and what it shows. While the shim carries a
+ * connection, the application's fd number names one end of an AF_UNIX
+ * socketpair, which can show readable, writable, both, neither or hang-up
+ * exactly as the TCP socket would; the TCP socket itself sits on a private
+ * close-on-exec fd. This file moves objects between fd numbers (keeping
+ * each name's flags and the application's epoll registrations) and keeps
+ * the socketpair showing the connection's readiness.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <sched.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include "shim/real.h"
+#include "shim/shim.h"
+#include "transport/log.h"
+
+int ss_private_fd(int fd)
+{
+	struct rlimit rl;
+	int base = 512, nfd;
+
+	/* Above the application's fds: half way up the soft limit. */
+	if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY &&
+	    rl.rlim_cur / 2 > (rlim_t)base)
+		base = (int)(rl.rlim_cur / 2 > INT_MAX ? INT_MAX / 2 : rl.rlim_cur / 2);
+	nfd = ss_real.fcntl(fd, F_DUPFD_CLOEXEC, base);
+	if (nfd < 0)
+		nfd = ss_real.fcntl(fd, F_DUPFD_CLOEXEC, 3);
+	return nfd < 0 ? -errno : nfd;
+}
+
+/* Removes the application's epoll registrations of fd (before its object changes). */
+static void mirror_epoll_drop(struct ss_sock *s, int fd)
+{
+	for (int i = 0; i < s->n_regs; i++)
+		ss_real.epoll_ctl(s->regs[i].epfd, EPOLL_CTL_DEL, fd, NULL);
+}
+
+void ss_epoll_readd(struct ss_sock *s, int fd)
+{
+	for (int i = 0; i < s->n_regs;) {
+		struct epoll_event ev = s->regs[i].ev;
+
+		if (ss_real.epoll_ctl(s->regs[i].epfd, EPOLL_CTL_ADD, fd, &ev) < 0 &&
+		    errno != EEXIST) {
+			s->regs[i] = s->regs[--s->n_regs]; /* that epoll instance is gone */
+			continue;
+		}
+		i++;
+	}
+}
+
+int ss_put_on_names(struct ss_sock *s, int newfd)
+{
+	int ret = 0;
+
+	pthread_mutex_lock(&s->fd_lock);
+	for (int i = 0; i < s->n_fds; i++) {
+		int fd = s->fds[i];
+		int fdflags = ss_real.fcntl(fd, F_GETFD);
+		int flflags = ss_real.fcntl(fd, F_GETFL);
+
+		mirror_epoll_drop(s, fd);
+		if (ss_real.dup3(newfd, fd, fdflags & FD_CLOEXEC ? O_CLOEXEC : 0) < 0)
+			ret = -errno;
+		/* O_NONBLOCK lives in the open file: carry it over. */
+		int nfl = ss_real.fcntl(fd, F_GETFL);
+		if (flflags >= 0 && nfl >= 0)
+			ss_real.fcntl(fd, F_SETFL, (nfl & ~O_NONBLOCK) | (flflags & O_NONBLOCK));
+		ss_epoll_readd(s, fd);
+	}
+	pthread_mutex_unlock(&s->fd_lock);
+	ss_real.close(newfd);
+	return ret;
+}
+
+/* What fills the application's end so that it shows "not writable". */
+static const char mirror_junk[4096];
+
+static void mirror_drain(int fd)
+{
+	char buf[4096];
+
+	while (ss_real.recv(fd, buf, sizeof(buf), MSG_DONTWAIT) > 0)
+		;
+}
+
+int ss_enter_pair(struct ss_sock *s)
+{
+	static const int timeouts[] = {SO_RCVTIMEO, SO_SNDTIMEO};
+	int sv[2], shim, ret;
+
+	if (ss_real.fcntl(s->fds[0], F_GETFD) < 0)
+		return -EBADF;
+	if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) < 0)
+		return -errno;
+	if (s->tcp_fd < 0) {
+		s->tcp_fd = ss_private_fd(s->fds[0]);
+		if (s->tcp_fd < 0) {
+			ret = s->tcp_fd;
+			s->tcp_fd = -1;
+			goto err_close;
+		}
+	}
+	shim = ss_private_fd(sv[1]);
+	ss_real.close(sv[1]);
+	sv[1] = -1;
+	if (shim < 0) {
+		ret = shim;
+		goto err_close;
+	}
+	/* A small buffer on the application's end: little junk shows "not writable". */
+	int small = 1;
+	ss_real.setsockopt(sv[0], SOL_SOCKET, SO_SNDBUF, &small, sizeof(small));
+	/* Blocking calls wait on the application's end: it takes over the socket's timeouts. */
+	for (int i = 0; i < 2; i++) {
+		struct timeval tv;
+		socklen_t len = sizeof(tv);
+
+		if (ss_real.getsockopt(s->tcp_fd, SOL_SOCKET, timeouts[i], &tv, &len) == 0 &&
+		    (tv.tv_sec || tv.tv_usec))
+			ss_real.setsockopt(sv[0], SOL_SOCKET, timeouts[i], &tv, len);
+	}
+	ss_real.fcntl(shim, F_SETFL, O_NONBLOCK);
+	/* It shows nothing (junk fills the application's end) before the names see it. */
+	while (ss_real.send(sv[0], mirror_junk, sizeof(mirror_junk), MSG_DONTWAIT | MSG_NOSIGNAL) > 0)
+		;
+	pthread_mutex_lock(&s->fd_lock);
+	s->shim_fd = shim;
+	s->tokens = 0;
+	s->junk = true;
+	s->rdhup_shown = s->hup_shown = false;
+	s->mirror_on = true;
+	pthread_mutex_unlock(&s->fd_lock);
+	ret = ss_put_on_names(s, sv[0]);
+	/*
+	 * The TCP socket is ours now: the shim never blocks on it unasked
+	 * (only now: until the names left it, its open file was theirs too).
+	 */
+	ss_real.fcntl(s->tcp_fd, F_SETFL, ss_real.fcntl(s->tcp_fd, F_GETFL) | O_NONBLOCK);
+	return ret;
+
+err_close:
+	ss_real.close(sv[0]);
+	if (sv[1] >= 0)
+		ss_real.close(sv[1]);
+	return ret;
+}
+
+int ss_leave_pair(struct ss_sock *s)
+{
+	int tcp = s->tcp_fd, ret;
+
+	/*
+	 * A thread blocked writing into the application's end (to wait for
+	 * "writable") must be out before the fd number names the TCP socket,
+	 * or its byte would go there: the end is made writable, and no new
+	 * waiter starts once mirror_on is off.
+	 */
+	pthread_mutex_lock(&s->fd_lock);
+	s->mirror_on = false;
+	if (s->shim_fd >= 0)
+		mirror_drain(s->shim_fd);
+	s->junk = false;
+	while (s->wait_writers > 0) {
+		pthread_mutex_unlock(&s->fd_lock);
+		sched_yield();
+		pthread_mutex_lock(&s->fd_lock);
+		if (s->shim_fd >= 0)
+			mirror_drain(s->shim_fd);
+	}
+	pthread_mutex_unlock(&s->fd_lock);
+	s->tcp_fd = -1;
+	/* The application's flags (O_NONBLOCK) come back from its names. */
+	ret = ss_put_on_names(s, tcp);
+	pthread_mutex_lock(&s->fd_lock);
+	/* Waiters blocked on the old object see its end and look again. */
+	if (s->shim_fd >= 0)
+		ss_real.close(s->shim_fd);
+	s->shim_fd = -1;
+	pthread_mutex_unlock(&s->fd_lock);
+	return ret;
+}
+
+/* Makes the application's end show r; fd_lock held. */
+static void mirror_apply(struct ss_sock *s, unsigned r)
+{
+	int app = s->fds[0];
+
+	if (r & SS_RDY_IN) {
+		/* One token shows readable; another per arrival gives ET waiters their edge. */
+		if ((s->tokens == 0 || ((r & SS_RDY_EDGE) && s->tokens < 64)) && !s->rdhup_shown &&
+		    ss_real.send(s->shim_fd, "r", 1, MSG_DONTWAIT | MSG_NOSIGNAL) == 1)
+			s->tokens++;
+	} else if (s->tokens) {
+		char buf[64];
+		while (s->tokens > 0) {
+			ssize_t n = ss_real.recv(app, buf, (size_t)s->tokens, MSG_DONTWAIT);
+			if (n <= 0)
+				break;
+			s->tokens -= (int)n;
+		}
+		s->tokens = 0;
+	}
+	if (r & SS_RDY_OUT) {
+		if (s->junk) {
+			mirror_drain(s->shim_fd);
+			s->junk = false;
+		}
+	} else if (!s->junk && !s->hup_shown) {
+		while (ss_real.send(app, mirror_junk, sizeof(mirror_junk), MSG_DONTWAIT | MSG_NOSIGNAL) > 0)
+			;
+		s->junk = true;
+	}
+	if ((r & SS_RDY_RDHUP) && !s->rdhup_shown) {
+		ss_real.shutdown(s->shim_fd, SHUT_WR);
+		s->rdhup_shown = true;
+	}
+	if ((r & SS_RDY_HUP) && !s->hup_shown) {
+		ss_real.shutdown(s->shim_fd, SHUT_RDWR);
+		s->hup_shown = true;
+	}
+}
+
+void ss_mirror_show(struct ss_sock *s, unsigned ready)
+{
+	pthread_mutex_lock(&s->fd_lock);
+	if (s->mirror_on && s->n_fds > 0 && s->shim_fd >= 0)
+		mirror_apply(s, ready);
+	pthread_mutex_unlock(&s->fd_lock);
+}
+
+void ss_mirror_conn_ready(void *arg, unsigned ready)
+{
+	struct ss_sock *s = arg;
+
+	/* Before the decision the shim's state says what shows, not the connection. */
+	if (ss_sock_state(s) == SS_SOCK_UPGRADED)
+		ss_mirror_show(s, ready);
+}

@@ -1,0 +1,154 @@
+/*
+ * A connection decided plain after our socketpair end went on the
+ * application's fd: what the application wrote meanwhile (held, or taken by
+ * a connection that never sent it) goes to the TCP socket first, then the
+ * TCP socket goes back on the application's fd. And the handshake messages
+ * that a crossing decision may leave at the head of the TCP stream are
+ * taken off before the application reads (docs/protocol.md, "Rules").
+ */
+#include <errno.h>
+#include <poll.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+
+#include "shim/real.h"
+#include "shim/shim.h"
+#include "transport/log.h"
+
+size_t ss_hold_append(struct ss_sock *s, const struct iovec *iov, int n)
+{
+	size_t room = s->hold_max > s->hold_len ? s->hold_max - s->hold_len : 0, taken = 0;
+
+	if (!room)
+		return 0;
+	if (!s->hold && !(s->hold = malloc(s->hold_max)))
+		return 0;
+	for (int i = 0; i < n && taken < room; i++) {
+		size_t k = iov[i].iov_len < room - taken ? iov[i].iov_len : room - taken;
+
+		memcpy(s->hold + s->hold_len + taken, iov[i].iov_base, k);
+		taken += k;
+	}
+	s->hold_len += taken;
+	return taken;
+}
+
+int ss_fallback(struct ss_sock *s, enum ss_reason why)
+{
+	uint8_t *unsent = NULL;
+	ssize_t n = 0;
+
+	s->reason = why;
+	/* From here the connection's readiness no longer drives the mirror. */
+	ss_sock_set_state(s, SS_SOCK_FALLBACK);
+	if (s->conn)
+		n = ss_tp->conn_take_unsent(s->conn, &unsent);
+	if (n > 0) {
+		/* What the connection took came before anything held since. */
+		size_t max = (size_t)n + s->hold_len > SS_HOLD_MAX ? (size_t)n + s->hold_len : SS_HOLD_MAX;
+		uint8_t *buf = malloc(max);
+
+		if (!buf) {
+			ss_log_error("fd %d: no memory for %zd unsent bytes: they are lost", s->fds[0], n);
+		} else {
+			memcpy(buf, unsent, (size_t)n);
+			memcpy(buf + n, s->hold, s->hold_len);
+			free(s->hold);
+			s->hold = buf;
+			s->hold_len += (size_t)n;
+			s->hold_max = max;
+		}
+		free(unsent);
+	}
+	if (s->hold_max < SS_HOLD_MAX)
+		s->hold_max = SS_HOLD_MAX;
+	ss_log_info("fd %d: falling back to TCP (%s), %zu bytes to send first", s->fds[0],
+		    ss_reason_str(why), s->hold_len);
+	return ss_fallback_flush(s);
+}
+
+int ss_fallback_flush(struct ss_sock *s)
+{
+	while (s->hold_len) {
+		ssize_t n = ss_real.send(s->tcp_fd, s->hold, s->hold_len, MSG_DONTWAIT | MSG_NOSIGNAL);
+
+		if (n > 0) {
+			memmove(s->hold, s->hold + n, s->hold_len - (size_t)n);
+			s->hold_len -= (size_t)n;
+			continue;
+		}
+		if (n < 0 && (errno == EAGAIN || errno == EINTR)) {
+			ss_bg_watch(s, EPOLLOUT);
+			ss_mirror_show(s, s->hold_len < s->hold_max ? SS_RDY_OUT : 0);
+			return -EAGAIN;
+		}
+		/* The connection broke: the application sees that on the TCP socket itself. */
+		break;
+	}
+	free(s->hold);
+	s->hold = NULL;
+	s->hold_len = 0;
+	if (s->shut_wr_held)
+		ss_real.shutdown(s->tcp_fd, SHUT_WR);
+	/* Before the TCP socket changes hands: the progress thread must not watch it any more. */
+	if (s->bg)
+		ss_tp->worker_unwatch(ss_w, &s->watch);
+	ss_leave_pair(s);
+	ss_become_plain(s, s->reason);
+	return 0;
+}
+
+/* Whether m is one that the strip rule of s takes off the stream. */
+static bool plain_strips(struct ss_sock *s, const struct ss_msg *m)
+{
+	if (s->strip == SS_STRIP_HELLO)
+		return m->type == SS_MSG_HELLO;
+	return m->nonce == s->nonce;
+}
+
+int ss_strip(struct ss_sock *s, int fd, bool wait)
+{
+	while (s->strip != SS_STRIP_NONE) {
+		struct ss_msg m;
+		size_t used;
+		enum ss_hs_read_result r;
+
+		if (wait) {
+			/* The first bytes decide: wait for them here, not in the application's read. */
+			struct pollfd p = {.fd = fd, .events = POLLIN};
+
+			if (ss_real.poll(&p, 1, -1) < 0)
+				return -errno;
+		}
+		r = ss_hs_peek(&ss_real_io, fd, &m, wait ? ss_deadline_in(1000) : 0, NULL, &used);
+		switch (r) {
+		case SS_HSR_MSG:
+			if (!plain_strips(s, &m)) {
+				s->strip = SS_STRIP_NONE;
+				break;
+			}
+			if (ss_hs_consume(&ss_real_io, fd, used) != 0)
+				return -EIO;
+			if (s->strip == SS_STRIP_HELLO) {
+				/* A HELLO after our application wrote first: no upgrade, and it is told so. */
+				struct ss_msg d = {.type = SS_MSG_DECLINE, .nonce = m.nonce,
+						   .reason = SS_REASON_TIMEOUT};
+
+				ss_send_msg(fd, &d, 1000);
+				s->nonce = m.nonce;
+				s->strip = SS_STRIP_NONCE;
+			}
+			continue;
+		case SS_HSR_TIMEOUT:
+			return 0; /* nothing there yet: the next read looks again */
+		case SS_HSR_PARTIAL:
+			return -EAGAIN;
+		default:
+			/* Application bytes, or the end: nothing more is ever stripped. */
+			s->strip = SS_STRIP_NONE;
+			break;
+		}
+	}
+	return 0;
+}

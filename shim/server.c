@@ -1,0 +1,185 @@
+/*
+ * The server side of the negotiation (docs/protocol.md, part 2 and
+ * "Rules"). The decision is made at the first I/O of the process that
+ * serves the connection (so a forking server upgrades in the child), but a
+ * HELLO is acknowledged as soon as any process that has the connection
+ * sees it: at accept() when it is there already, else by the progress
+ * thread when it comes. An acknowledged client never drops the connection,
+ * however long our application takes to do its first I/O.
+ */
+#include <errno.h>
+#include <string.h>
+#include <sys/epoll.h>
+
+#include "shim/real.h"
+#include "shim/shim.h"
+#include "transport/log.h"
+
+enum server_look {
+	SERVER_DONE,    /* acknowledged, or not a HELLO: the first I/O finds the same */
+	SERVER_WAIT,    /* nothing there yet */
+	SERVER_PARTIAL, /* part of a message: look again shortly */
+};
+
+/* Acknowledges the HELLO at the head of fd, if there is one. */
+static enum server_look server_ack_if_hello(struct ss_sock *s, int fd)
+{
+	struct ss_msg m;
+	size_t used;
+
+	switch (ss_hs_peek(&ss_real_io, fd, &m, 0, NULL, &used)) {
+	case SS_HSR_MSG:
+		if (m.type == SS_MSG_HELLO && !s->acked) {
+			struct ss_msg ack = {.type = SS_MSG_ACK, .nonce = m.nonce};
+
+			ss_test_delay(SS_TP_SERVER_ACK);
+			s->acked = ss_send_msg(fd, &ack, 1000) == 0;
+		}
+		return SERVER_DONE;
+	case SS_HSR_TIMEOUT:
+		return SERVER_WAIT;
+	case SS_HSR_PARTIAL:
+		return SERVER_PARTIAL;
+	default:
+		return SERVER_DONE;
+	}
+}
+
+/* Stops the background watch of an accepted connection; its private fd goes. */
+static void server_stop_watch(struct ss_sock *s)
+{
+	if (s->tcp_fd < 0)
+		return;
+	ss_tp->worker_unwatch(ss_w, &s->watch);
+	ss_real.close(s->tcp_fd);
+	s->tcp_fd = -1;
+}
+
+void ss_server_accepted(struct ss_sock *s, int fd)
+{
+	pthread_mutex_lock(&s->lock);
+	if (ss_sock_state(s) != SS_SOCK_ACCEPTED || server_ack_if_hello(s, fd) == SERVER_DONE ||
+	    ss_bg_start(s) != 0)
+		goto out;
+	/* Not there yet: the progress thread watches a private name of the connection. */
+	s->tcp_fd = ss_private_fd(fd);
+	if (s->tcp_fd < 0) {
+		s->tcp_fd = -1;
+		goto out;
+	}
+	ss_bg_watch(s, EPOLLIN);
+out:
+	pthread_mutex_unlock(&s->lock);
+}
+
+bool ss_server_step(struct ss_sock *s)
+{
+	switch (s->acked || s->tcp_fd < 0 ? SERVER_DONE : server_ack_if_hello(s, s->tcp_fd)) {
+	case SERVER_WAIT:
+		return true;
+	case SERVER_PARTIAL:
+		ss_bg_kick(s, ss_deadline_in(2));
+		return false;
+	default:
+		server_stop_watch(s);
+		return false;
+	}
+}
+
+/* Plain after the HELLO was taken: the client may be giving up at the same time. */
+static void server_plain(struct ss_sock *s, int fd, const struct ss_msg *hello, enum ss_reason r)
+{
+	struct ss_msg d = {.type = SS_MSG_DECLINE, .nonce = hello->nonce, .reason = (uint16_t)r};
+
+	ss_send_msg(fd, &d, 1000);
+	if (s->conn) {
+		ss_tp->conn_destroy(s->conn); /* never upgraded: nobody else holds it */
+		s->conn = NULL;
+	}
+	server_stop_watch(s);
+	s->nonce = hello->nonce;
+	s->strip = SS_STRIP_NONCE;
+	ss_become_plain(s, r);
+}
+
+/* The client's HELLO is taken: answer it. */
+static void server_answer(struct ss_sock *s, int fd, const struct ss_msg *hello)
+{
+	struct ss_msg m;
+	size_t used;
+	enum ss_reason r;
+
+	/* A client that waited in vain for us has said so right behind its HELLO. */
+	if (ss_hs_peek(&ss_real_io, fd, &m, 0, NULL, &used) == SS_HSR_MSG &&
+	    m.nonce == hello->nonce && m.type == SS_MSG_DECLINE &&
+	    ss_hs_consume(&ss_real_io, fd, used) == 0) {
+		server_stop_watch(s);
+		ss_become_plain(s, SS_REASON_TIMEOUT);
+		return;
+	}
+	if (!s->acked) {
+		/* Acknowledge at once: the client then waits longer for our decision. */
+		m = (struct ss_msg){.type = SS_MSG_ACK, .nonce = hello->nonce};
+		ss_test_delay(SS_TP_SERVER_ACK);
+		ss_send_msg(fd, &m, 1000);
+		s->acked = true;
+	}
+	r = ss_make_conn(s, fd, NULL);
+	if (r == SS_REASON_NONE)
+		r = ss_agree(s, fd, hello);
+	if (r == SS_REASON_NONE && ss_bg_start(s) != 0)
+		r = SS_REASON_RESOURCE;
+	if (r != SS_REASON_NONE) {
+		server_plain(s, fd, hello, r);
+		return;
+	}
+	/* Our socketpair end goes on the application's fd before the client may send. */
+	if (s->tcp_fd >= 0)
+		ss_tp->worker_unwatch(ss_w, &s->watch);
+	if (ss_enter_pair(s) != 0) {
+		server_plain(s, fd, hello, SS_REASON_RESOURCE);
+		return;
+	}
+	s->nonce = hello->nonce;
+	m = (struct ss_msg){.type = SS_MSG_ACCEPT, .nonce = hello->nonce, .params = s->mine};
+	ss_test_delay(SS_TP_SERVER_ACCEPT);
+	ss_become_upgraded(s, &hello->params);
+	if (ss_send_msg(s->tcp_fd, &m, ss_cfg.acked_timeout_ms) != 0)
+		ss_tp->conn_peer_gone(s->conn); /* the application sees the reset */
+	ss_tp->conn_resync(s->conn);
+}
+
+int ss_server_decide(struct ss_sock *s, int fd, int wait_ms)
+{
+	struct ss_msg hello;
+	enum ss_dec_result dec = SS_DEC_OK;
+
+	if (ss_sock_state(s) != SS_SOCK_ACCEPTED)
+		return 0;
+	switch (ss_hs_read(&ss_real_io, fd, &hello, ss_deadline_in(wait_ms), &dec)) {
+	case SS_HSR_TIMEOUT:
+	case SS_HSR_PARTIAL:
+		return -EAGAIN;
+	case SS_HSR_MSG:
+		break;
+	case SS_HSR_BAD:
+		/* Our magic but nothing we can read: the bytes stay, for the application. */
+		ss_log_warn("fd %d: %s handshake from the client: staying on TCP, bytes untouched",
+			    fd, ss_dec_result_str(dec));
+		server_stop_watch(s);
+		ss_become_plain(s, dec == SS_DEC_UNSUPPORTED ? SS_REASON_VERSION : SS_REASON_MALFORMED);
+		return 0;
+	default:
+		/* Application bytes, end of file, or a handshake we cannot read: plain, untouched. */
+		server_stop_watch(s);
+		ss_become_plain(s, SS_REASON_PEER_PLAIN);
+		return 0;
+	}
+	if (hello.type != SS_MSG_HELLO) {
+		server_stop_watch(s);
+		ss_become_plain(s, SS_REASON_MALFORMED);
+		return 0;
+	}
+	server_answer(s, fd, &hello);
+	return 0;
+}
