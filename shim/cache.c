@@ -145,10 +145,18 @@ static bool prober_alive(const struct cache_rec *r)
 	return r->prober > 0 && (kill(r->prober, 0) == 0 || errno == EPERM);
 }
 
+/* Guards cache_buf: threads of this process; other processes are kept out by flock. */
+static pthread_mutex_t cache_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct cache_file cache_buf; /* big: not on the application's stack */
+
+void ss_cache_after_fork(void)
+{
+	pthread_mutex_init(&cache_lock, NULL);
+}
+
 enum ss_dest_state ss_cache_begin(const struct sockaddr *dst, bool *prober_p)
 {
-	static struct cache_file f; /* big: not on the application's stack */
-	static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+	struct cache_file *f = &cache_buf;
 	uint64_t give_up = ss_now_ms() + PROBE_WAIT_MS;
 	uint8_t addr[16];
 	uint16_t port;
@@ -162,9 +170,9 @@ enum ss_dest_state ss_cache_begin(const struct sockaddr *dst, bool *prober_p)
 
 		if (fd < 0)
 			return SS_DEST_UNKNOWN;
-		pthread_mutex_lock(&lock);
-		cache_read(fd, &f);
-		struct cache_rec *r = find(&f, addr, port, true);
+		pthread_mutex_lock(&cache_lock);
+		cache_read(fd, f);
+		struct cache_rec *r = find(f, addr, port, true);
 		if (r->state == REC_PLAIN) {
 			st = SS_DEST_PLAIN;
 		} else if (r->state == REC_SHIMMED) {
@@ -176,10 +184,10 @@ enum ss_dest_state ss_cache_begin(const struct sockaddr *dst, bool *prober_p)
 			r->state = REC_PROBING;
 			r->prober = getpid();
 			r->expires_ms = now_real_ms() + ss_cfg.acked_timeout_ms + 1000;
-			cache_write(fd, &f);
+			cache_write(fd, f);
 			*prober_p = true;
 		}
-		pthread_mutex_unlock(&lock);
+		pthread_mutex_unlock(&cache_lock);
 		ss_real.close(fd); /* releases the flock */
 		if (!wait)
 			return st;
@@ -189,8 +197,7 @@ enum ss_dest_state ss_cache_begin(const struct sockaddr *dst, bool *prober_p)
 
 void ss_cache_record(const struct sockaddr *dst, enum ss_dest_state st)
 {
-	static struct cache_file f;
-	static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+	struct cache_file *f = &cache_buf;
 	uint8_t addr[16];
 	uint16_t port;
 	int fd = cache_open();
@@ -198,9 +205,9 @@ void ss_cache_record(const struct sockaddr *dst, enum ss_dest_state st)
 	if (fd < 0)
 		return;
 	dest_key(dst, addr, &port);
-	pthread_mutex_lock(&lock);
-	cache_read(fd, &f);
-	struct cache_rec *r = find(&f, addr, port, st != SS_DEST_UNKNOWN);
+	pthread_mutex_lock(&cache_lock);
+	cache_read(fd, f);
+	struct cache_rec *r = find(f, addr, port, st != SS_DEST_UNKNOWN);
 	if (r) {
 		if (st == SS_DEST_UNKNOWN) {
 			if (r->state == REC_PROBING && r->prober == getpid())
@@ -211,8 +218,8 @@ void ss_cache_record(const struct sockaddr *dst, enum ss_dest_state st)
 			r->prober = 0;
 			r->expires_ms = now_real_ms() + (int64_t)ss_cfg.cache_ttl_s * 1000;
 		}
-		cache_write(fd, &f);
+		cache_write(fd, f);
 	}
-	pthread_mutex_unlock(&lock);
+	pthread_mutex_unlock(&cache_lock);
 	ss_real.close(fd);
 }

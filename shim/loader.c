@@ -12,10 +12,15 @@
 #include "transport/log.h"
 
 const struct ss_transport_ops *ss_tp;
-struct ss_worker *ss_w;
+_Atomic(struct ss_worker *) ss_w;
 
 static pthread_mutex_t tp_lock = PTHREAD_MUTEX_INITIALIZER;
 static enum ss_reason tp_failure; /* remembered: a failed load is not retried */
+
+void ss_loader_after_fork(void)
+{
+	pthread_mutex_init(&tp_lock, NULL);
+}
 
 enum ss_reason ss_tp_load(void)
 {
@@ -24,7 +29,7 @@ enum ss_reason ss_tp_load(void)
 	void *h;
 	enum ss_reason r = SS_REASON_NONE;
 
-	if (__atomic_load_n(&ss_w, __ATOMIC_ACQUIRE))
+	if (atomic_load_explicit(&ss_w, memory_order_acquire))
 		return SS_REASON_NONE;
 	pthread_mutex_lock(&tp_lock);
 	if (ss_w || tp_failure) {
@@ -62,7 +67,7 @@ enum ss_reason ss_tp_load(void)
 		r = SS_REASON_RESOURCE;
 		goto out;
 	}
-	if (__atomic_exchange_n(&ss_w, w, __ATOMIC_ACQ_REL) != w)
+	if (atomic_exchange(&ss_w, w) != w)
 		ss_stats_worker_ready();
 out:
 	pthread_mutex_unlock(&tp_lock);

@@ -9,11 +9,11 @@
 #include "transport/log.h"
 
 struct ss_config ss_cfg;
-static pid_t ss_pid; /* this process, updated in a forked child */
+static atomic_int ss_pid; /* this process, updated in a forked child */
 
 bool ss_in_vfork_child(void)
 {
-	return getpid() != __atomic_load_n(&ss_pid, __ATOMIC_RELAXED);
+	return getpid() != atomic_load_explicit(&ss_pid, memory_order_relaxed);
 }
 struct ss_policy ss_peers;
 __thread int ss_in_call;
@@ -60,13 +60,20 @@ static void forget_stats(struct ss_sock *s)
 	s->stat = NULL;
 }
 
+/*
+ * The child of a fork: every lock of the shim is made anew first (a parent
+ * thread may have held any of them, in a negotiation or a close), then
+ * what belongs to the parent is forgotten.
+ */
 static void after_fork_child(void)
 {
-	__atomic_store_n(&ss_pid, getpid(), __ATOMIC_RELAXED);
+	atomic_store_explicit(&ss_pid, getpid(), memory_order_relaxed);
+	ss_sock_after_fork();
+	ss_loader_after_fork();
+	ss_cache_after_fork();
+	ss_stats_after_fork();
 	ss_sock_for_each(forget_connection);
 	ss_sock_for_each(forget_stats);
-	ss_sock_after_fork();
-	ss_stats_after_fork();
 	if (ss_tp)
 		ss_tp->worker_forget_after_fork();
 	ss_w = NULL;
@@ -88,7 +95,7 @@ __attribute__((constructor)) static void ss_shim_init(void)
 	ss_policy_parse(ss_cfg.peers, &ss_peers, err, sizeof(err)); /* checked by the table */
 	ss_test_delays_load();
 	ss_real_init();
-	ss_pid = getpid();
+	atomic_store_explicit(&ss_pid, getpid(), memory_order_relaxed);
 	pthread_atfork(NULL, NULL, after_fork_child);
 }
 

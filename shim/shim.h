@@ -2,6 +2,7 @@
 #ifndef SS_SHIM_SHIM_H
 #define SS_SHIM_SHIM_H
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <sys/socket.h>
 
@@ -21,10 +22,13 @@ extern __thread int ss_in_call;
 
 /* The transport module's operations and the process's worker, once loaded (loader.c). */
 extern const struct ss_transport_ops *ss_tp;
-extern struct ss_worker *ss_w;
+extern _Atomic(struct ss_worker *) ss_w; /* set once, read anywhere */
 
 /* Loads the transport module and starts the worker on first need. Returns 0 or a reason. */
 enum ss_reason ss_tp_load(void);
+
+/* In a forked child: the loader's lock is made anew. */
+void ss_loader_after_fork(void);
 
 /* The transport's settings from the options table. */
 void ss_transport_cfg_fill(struct ss_transport_cfg *t);
@@ -188,6 +192,9 @@ enum ss_dest_state ss_cache_begin(const struct sockaddr *dst, bool *prober_p);
 
 /* Records what a probe of dst found (and ends this caller's probe). */
 void ss_cache_record(const struct sockaddr *dst, enum ss_dest_state st);
+
+/* In a forked child: the cache's lock is made anew. */
+void ss_cache_after_fork(void);
 
 /* ---- test hooks (SRQSHIM_TEST_DELAYS, testdelay.c) ---- */
 

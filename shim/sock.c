@@ -41,9 +41,10 @@ static void drop_plain(struct ss_sock *v)
 		ss_stats_conn_close(ss_stats_conn_at((uint32_t)(((uintptr_t)v >> 1) - 1)));
 }
 
-static struct ss_sock **table;
+/* Slots are read without a lock on every call: atomic pointers. */
+static _Atomic(struct ss_sock *) *table;
 static int table_len;
-static int table_hwm; /* one past the highest fd ever given an entry */
+static atomic_int table_hwm; /* one past the highest fd ever given an entry */
 static pthread_mutex_t stripes[N_STRIPES];
 static pthread_once_t table_once = PTHREAD_ONCE_INIT;
 
@@ -70,6 +71,14 @@ static void table_init(void)
 		pthread_mutex_init(&stripes[i], NULL);
 }
 
+static void table_hwm_raise(int fd)
+{
+	int h = atomic_load_explicit(&table_hwm, memory_order_relaxed);
+
+	while (fd >= h && !atomic_compare_exchange_weak(&table_hwm, &h, fd + 1))
+		;
+}
+
 static inline bool table_ready(void)
 {
 	pthread_once(&table_once, table_init);
@@ -87,11 +96,11 @@ struct ss_sock *ss_sock_get(int fd)
 
 	if (fd < 0 || !table_ready() || fd >= table_len)
 		return NULL;
-	s = __atomic_load_n(&table[fd], __ATOMIC_ACQUIRE);
+	s = atomic_load_explicit(&table[fd], memory_order_acquire);
 	if (s == NULL || is_plain(s))
 		return NULL;
 	pthread_mutex_lock(&stripes[fd % N_STRIPES]);
-	s = table[fd];
+	s = atomic_load_explicit(&table[fd], memory_order_relaxed);
 	if (is_plain(s))
 		s = NULL;
 	if (s)
@@ -170,8 +179,7 @@ static struct ss_sock *slot_swap(int fd, struct ss_sock *v)
 	struct ss_sock *old;
 
 	pthread_mutex_lock(&stripes[fd % N_STRIPES]);
-	old = table[fd];
-	__atomic_store_n(&table[fd], v, __ATOMIC_RELEASE);
+	old = atomic_exchange_explicit(&table[fd], v, memory_order_acq_rel);
 	pthread_mutex_unlock(&stripes[fd % N_STRIPES]);
 	if (is_plain(old)) {
 		drop_plain(old);
@@ -198,8 +206,7 @@ struct ss_sock *ss_sock_new(int fd, int domain, enum ss_sock_state state)
 	s->shim_fd = -1;
 	s->domain = domain;
 	atomic_init(&s->state, (int)state);
-	if (fd >= table_hwm)
-		__atomic_store_n(&table_hwm, fd + 1, __ATOMIC_RELAXED);
+	table_hwm_raise(fd);
 	old = slot_swap(fd, s);
 	if (old) {
 		/* A stale entry (its fd was closed behind our back): forget it. */
@@ -227,8 +234,7 @@ int ss_sock_add_fd(struct ss_sock *s, int fd)
 	s->fds[s->n_fds++] = fd;
 	atomic_fetch_add(&s->refs, 1);
 	pthread_mutex_unlock(&s->fd_lock);
-	if (fd >= table_hwm)
-		__atomic_store_n(&table_hwm, fd + 1, __ATOMIC_RELAXED);
+	table_hwm_raise(fd);
 	old = slot_swap(fd, s);
 	ss_sock_put(old);
 	return 0;
@@ -273,7 +279,7 @@ void ss_sock_mark_plain_fd(int fd)
 bool ss_sock_unknown(int fd)
 {
 	return fd >= 0 && table_ready() && fd < table_len &&
-	       __atomic_load_n(&table[fd], __ATOMIC_ACQUIRE) == NULL;
+	       atomic_load_explicit(&table[fd], memory_order_acquire) == NULL;
 }
 
 void ss_sock_for_each(void (*fn)(struct ss_sock *s))
@@ -281,7 +287,7 @@ void ss_sock_for_each(void (*fn)(struct ss_sock *s))
 	if (!table_ready())
 		return;
 	for (int fd = 0; fd < table_hwm; fd++) {
-		struct ss_sock *s = table[fd];
+		struct ss_sock *s = atomic_load_explicit(&table[fd], memory_order_acquire);
 
 		/* An entry with several names is visited under its first name only. */
 		if (s && !is_plain(s) && s->fds[0] == fd)
@@ -293,9 +299,19 @@ void ss_sock_after_fork(void)
 {
 	if (!table_ready())
 		return;
-	for (int fd = 0; fd < table_hwm; fd++)
-		if (is_plain(table[fd]))
-			table[fd] = PLAIN_MARK;
+	/* A parent thread may have held any of these at the fork: none is held in the child. */
+	for (int i = 0; i < N_STRIPES; i++)
+		pthread_mutex_init(&stripes[i], NULL);
+	for (int fd = 0; fd < table_hwm; fd++) {
+		struct ss_sock *s = atomic_load_explicit(&table[fd], memory_order_relaxed);
+
+		if (is_plain(s)) {
+			atomic_store_explicit(&table[fd], PLAIN_MARK, memory_order_relaxed);
+		} else if (s && s->fds[0] == fd) {
+			pthread_mutex_init(&s->lock, NULL);
+			pthread_mutex_init(&s->fd_lock, NULL);
+		}
+	}
 }
 
 void ss_sock_forget(struct ss_sock *s)

@@ -167,7 +167,11 @@ bool ss_sock_unknown(int fd);
 /* Calls fn on every entry (fork handling); the table is not locked against changes. */
 void ss_sock_for_each(void (*fn)(struct ss_sock *s));
 
-/* In a forked child: statistics slots of plain connections are the parent's. */
+/*
+ * In a forked child: every lock of the table and its entries is made anew
+ * (a parent thread may have held one), and statistics slots of plain
+ * connections are the parent's.
+ */
 void ss_sock_after_fork(void);
 
 /* The fd table's size (the open-file limit at load). */

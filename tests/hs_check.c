@@ -16,6 +16,12 @@
  *   hs_check late-accept ADDR PORT BYTES LATE_MS
  *       sleeps LATE_MS after a connection is pending before it accepts at
  *       all, then as server
+ *   hs_check silent ADDR PORT 0
+ *       accepts one connection and says nothing for 10 s
+ *   hs_check fork ADDR PORT 0
+ *       a thread connects while the main thread forks 0.5 s later; the
+ *       child closes that socket and exits: it must not wait for a lock
+ *       the parent's thread held at the fork (5 s at most)
  *   hs_check client ADDR PORT BYTES [nb] [greet]
  *       connects (nb: non-blocking connect, poll and non-blocking I/O),
  *       reads the greeting (greet), sends the request, reads the echo
@@ -33,6 +39,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <time.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #define GREETING_LEN 1000
@@ -334,6 +341,49 @@ static void run_same(const char *addr, int port, size_t bytes)
 	printf("same: ok, %zu bytes each way\n", bytes);
 }
 
+static int fork_fd = -1;
+
+static void *fork_connector(void *arg)
+{
+	struct sockaddr_in *sa = arg;
+
+	fork_fd = socket(AF_INET, SOCK_STREAM, 0);
+	if (fork_fd < 0)
+		die("socket");
+	/* In the handshake when the fork comes (the server answers nothing). */
+	connect(fork_fd, (struct sockaddr *)sa, sizeof(*sa));
+	return NULL;
+}
+
+static int run_fork(const char *addr, int port)
+{
+	struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+	pthread_t th;
+	pid_t child;
+	int status;
+
+	if (inet_pton(AF_INET, addr, &sa.sin_addr) != 1)
+		die("address");
+	pthread_create(&th, NULL, fork_connector, &sa);
+	nap_ms(500);
+	child = fork();
+	if (child == 0) {
+		alarm(5); /* a lock never released would hang the child: SIGALRM ends it */
+		close(fork_fd);
+		_exit(0);
+	}
+	if (child < 0 || waitpid(child, &status, 0) != child)
+		die("fork");
+	pthread_join(th, NULL);
+	if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+		fprintf(stderr, "hs_check: fork: the child hung closing the socket (status %d)\n",
+			status);
+		return 1;
+	}
+	printf("fork: ok, the child closed a socket its parent's thread was connecting\n");
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	bool nb = false, greet = false;
@@ -359,6 +409,15 @@ int main(int argc, char **argv)
 		run_server(addr, port, bytes, 0, atoi(argv[5]), greet);
 	else if (strcmp(argv[1], "client") == 0)
 		run_client(addr, port, bytes, nb, greet);
+	else if (strcmp(argv[1], "silent") == 0) {
+		int l = listener(addr, port), c;
+
+		printf("listening\n");
+		c = accept(l, NULL, NULL);
+		nap_ms(10000);
+		close(c);
+	} else if (strcmp(argv[1], "fork") == 0)
+		return run_fork(addr, port);
 	else
 		return 2;
 	return 0;

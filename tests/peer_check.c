@@ -18,7 +18,9 @@
  *       a read with SO_RCVTIMEO (set before connect) times out with EAGAIN;
  *       a read that signals interrupt goes on under SA_RESTART and fails
  *       with EINTR without it; writes to a peer that does not read fail
- *       with EAGAIN under SO_SNDTIMEO, and every byte accepted arrives
+ *       with EAGAIN under SO_SNDTIMEO, and every byte accepted arrives; a
+ *       blocking sendmsg of 300 iovecs takes every byte, and MSG_WAITALL
+ *       and writev with 300 iovecs move all of them back
  *   peer_check reset-victim ADDR PORT
  *       connects, reads one byte, says "ready" and never reads again (the
  *       caller kills it: over TCP its unread bytes make that a reset)
@@ -43,6 +45,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/time.h>
+#include <sys/uio.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -227,6 +230,9 @@ static int hold(int fd)
  * Answers the client's commands: 'e': echoes the next 5 bytes; 'd': a byte
  * a second later; 'h': reads nothing for 1.5 s, then counts to EOF.
  */
+#define IOVS    300 /* more iovecs than the shim keeps on the stack */
+#define IOV_LEN 100
+
 static int calls_server(int fd)
 {
 	static uint8_t buf[65536];
@@ -237,6 +243,17 @@ static int calls_server(int fd)
 			if (read_full(fd, buf, 5) != 5)
 				die("echo");
 			write_all(fd, buf, 5);
+		} else if (cmd == 'v') {
+			/* 300 iovecs each way, as one call each: MSG_WAITALL, writev. */
+			struct iovec iov[IOVS];
+			struct msghdr mh = {.msg_iov = iov, .msg_iovlen = IOVS};
+
+			for (int i = 0; i < IOVS; i++)
+				iov[i] = (struct iovec){buf + i * IOV_LEN, IOV_LEN};
+			if (recvmsg(fd, &mh, MSG_WAITALL) != IOVS * IOV_LEN)
+				die("recvmsg MSG_WAITALL (300 iovecs)");
+			if (writev(fd, iov, IOVS) != IOVS * IOV_LEN)
+				die("writev (300 iovecs)");
 		} else if (cmd == 'd') {
 			sleep(1);
 			write_all(fd, "D", 1);
@@ -319,6 +336,28 @@ static int calls_client(struct sockaddr_in *sa)
 		die("send MSG_MORE");
 	if (!check(read_full(fd, buf, 5) == 5 && memcmp(buf, "world", 5) == 0, "MSG_MORE: no echo"))
 		return 1;
+
+	/* 300 iovecs: a blocking sendmsg takes all 30,000 bytes, a MSG_WAITALL receive gets them back. */
+	{
+		static uint8_t back[IOVS * IOV_LEN];
+		struct iovec iov[IOVS];
+		struct msghdr mh = {.msg_iov = iov, .msg_iovlen = IOVS};
+
+		for (size_t i = 0; i < sizeof(back); i++)
+			buf[i] = pattern(i);
+		for (int i = 0; i < IOVS; i++)
+			iov[i] = (struct iovec){buf + i * IOV_LEN, IOV_LEN};
+		write_all(fd, "v", 1);
+		n = sendmsg(fd, &mh, 0);
+		if (!check(n == IOVS * IOV_LEN, "sendmsg of 300 iovecs: not every byte taken"))
+			return 1;
+		for (int i = 0; i < IOVS; i++)
+			iov[i] = (struct iovec){back + i * IOV_LEN, IOV_LEN};
+		n = recvmsg(fd, &mh, MSG_WAITALL);
+		if (!check(n == IOVS * IOV_LEN && memcmp(back, buf, sizeof(back)) == 0,
+			   "recvmsg MSG_WAITALL into 300 iovecs: wrong count or bytes"))
+			return 1;
+	}
 
 	/* Signals every 20 ms during a one-second wait, with SA_RESTART: the read goes on. */
 	alarms(1, 1);

@@ -259,6 +259,20 @@ static void test_init_rejects_unworkable(void **state)
 
 /* ---- Simulation of two peers with unordered completion delivery ---- */
 
+/*
+ * The peers decide what to post with the rules under test (can_send,
+ * ctrl_due); every decision is then checked against an independent model
+ * that knows only what happened on the wire: send-queue slots used and
+ * completed, data messages sent and credits granted back (as decoded from
+ * the immediate data), receives posted and consumed at the receiver. The
+ * model's rules: no post without a free send-queue slot (data leaving the
+ * control reserve free), no data without a credit, no more control messages
+ * in flight than the reserve, and no receiver overrun: a data message never
+ * finds its receiver without a posted receive unless control receives are
+ * waiting to be reposted (the moment RNR retry covers), and never brings the
+ * receiver's ungranted data beyond its window.
+ */
+
 #define QMAX 4096
 
 struct msg {
@@ -282,22 +296,37 @@ static struct msg q_pop(struct queue *q)
 	return q->m[q->head++ % QMAX];
 }
 
+static struct msg q_peek(const struct queue *q)
+{
+	return q->m[q->head % QMAX];
+}
+
 static size_t q_len(const struct queue *q)
 {
 	return q->tail - q->head;
 }
 
+/* What the independent model knows of one peer. */
+struct model {
+	int64_t sq_free;       /* slots: sq_depth - posts + send completions */
+	int64_t credits;       /* peer's window - data sent + grants received */
+	int64_t ctrl_inflight; /* control posts - their completions */
+	int64_t ungranted;     /* peer data received - credits granted back to it */
+	int64_t posted;        /* receives posted here for the peer */
+};
+
 struct peer {
 	struct ss_credit c;
+	struct model m;
 	uint64_t to_send, sent_bytes, recv_bytes;
 	bool eos_posted;
 	struct queue send_done; /* our SENDs awaiting their send completion, in order */
 	struct queue wire;      /* our SENDs on the way to the peer, in order */
 	struct queue held;      /* peer data we received, not yet consumed */
-	uint32_t rx_posted;     /* receives we have posted for the peer */
 	uint32_t ctrl_slots_busy; /* receives holding a control message not yet reposted */
 };
 
+static const struct ss_credit_cfg *sim_cfg;
 static uint64_t rnd_state;
 
 static uint32_t rnd(uint32_t n)
@@ -308,24 +337,43 @@ static uint32_t rnd(uint32_t n)
 
 enum { MAX_MSG = 1000 };
 
-/* Posts through the credit rules, checking that no grant exceeds the limit. */
-static uint32_t post_checked(struct peer *p, enum ss_msg_kind kind, bool want_more)
+static enum ss_msg_kind kind_of(uint32_t imm)
 {
-	uint32_t limit = p->c.grant_limit;
-	uint32_t imm = ss_credit_on_post(&p->c, kind, want_more);
-
-	assert_true((imm & SS_IMM_GRANT_MASK) <= limit);
-	return imm;
+	return (enum ss_msg_kind)((imm & SS_IMM_TYPE_MASK) >> SS_IMM_TYPE_SHIFT);
 }
 
-static bool peer_try_post(struct peer *p, struct peer *other)
+/* Posts a SEND the rules chose; the model checks it may go. */
+static void post(struct peer *p, enum ss_msg_kind kind, uint32_t len, bool want_more)
+{
+	uint32_t limit = p->c.grant_limit, imm, grant;
+
+	assert_true(p->m.sq_free > 0);
+	if (kind == SS_KIND_DATA) {
+		assert_true(p->m.sq_free > (int64_t)sim_cfg->ctrl_reserve);
+		assert_true(p->m.credits > 0);
+		p->m.credits--;
+	} else {
+		assert_true(p->m.ctrl_inflight < (int64_t)sim_cfg->ctrl_reserve);
+		p->m.ctrl_inflight++;
+	}
+	p->m.sq_free--;
+	imm = ss_credit_on_post(&p->c, kind, want_more);
+	assert_int_equal(kind_of(imm), kind);
+	grant = imm & SS_IMM_GRANT_MASK;
+	/* A grant never returns more than the peer's data we hold ungranted, nor beyond the cap. */
+	assert_true(grant <= limit);
+	assert_true((int64_t)grant <= p->m.ungranted);
+	p->m.ungranted -= grant;
+	q_push(&p->send_done, (struct msg){imm, len});
+	q_push(&p->wire, (struct msg){imm, len});
+}
+
+static bool peer_try_post(struct peer *p)
 {
 	bool want = p->to_send > 0;
 
 	if (ss_credit_ctrl_due(&p->c, want) && ss_credit_can_send_ctrl(&p->c)) {
-		uint32_t imm = post_checked(p, SS_KIND_CTRL, want);
-		q_push(&p->send_done, (struct msg){imm, 0});
-		q_push(&p->wire, (struct msg){imm, 0});
+		post(p, SS_KIND_CTRL, 0, want);
 		return true;
 	}
 	if (want && ss_credit_can_send_data(&p->c)) {
@@ -333,24 +381,19 @@ static bool peer_try_post(struct peer *p, struct peer *other)
 		if (len > p->to_send)
 			len = (uint32_t)p->to_send;
 		p->to_send -= len;
-		uint32_t imm = post_checked(p, SS_KIND_DATA, p->to_send > 0);
-		q_push(&p->send_done, (struct msg){imm, len});
-		q_push(&p->wire, (struct msg){imm, len});
+		post(p, SS_KIND_DATA, len, p->to_send > 0);
 		p->sent_bytes += len;
 		return true;
 	}
 	if (!want && !p->eos_posted && ss_credit_can_send_ctrl(&p->c)) {
-		uint32_t imm = post_checked(p, SS_KIND_EOS, false);
-		q_push(&p->send_done, (struct msg){imm, 0});
-		q_push(&p->wire, (struct msg){imm, 0});
+		post(p, SS_KIND_EOS, 0, false);
 		p->eos_posted = true;
 		return true;
 	}
-	(void)other;
 	return false;
 }
 
-/* The receiver p takes the next message off other's wire. */
+/* The receiver p takes the next message off other's wire, if a receive is posted. */
 static bool peer_try_recv(struct peer *p, struct peer *other)
 {
 	struct msg m;
@@ -358,18 +401,28 @@ static bool peer_try_recv(struct peer *p, struct peer *other)
 
 	if (!q_len(&other->wire))
 		return false;
-	/* Without a free receive RC would RNR-retry: model it as "not yet". */
-	if (p->rx_posted == 0)
+	m = q_peek(&other->wire);
+	if (p->m.posted == 0) {
+		/*
+		 * RNR: the sender retries. Only a control receive waiting for
+		 * its repost may cause that; otherwise the sender overran us.
+		 */
+		assert_true(p->ctrl_slots_busy > 0);
 		return false;
-	m = q_pop(&other->wire);
-	p->rx_posted--;
+	}
+	q_pop(&other->wire);
+	p->m.posted--;
+	p->m.credits += m.imm & SS_IMM_GRANT_MASK; /* the sender gives us credits for our data */
+	if (kind_of(m.imm) == SS_KIND_DATA) {
+		p->m.ungranted++;
+		assert_true(p->m.ungranted <= (int64_t)sim_cfg->rx_window);
+	}
 	kind = ss_credit_on_recv(&p->c, m.imm);
 	assert_true(kind >= 0);
-	if (kind == SS_KIND_DATA) {
+	if (kind == SS_KIND_DATA)
 		q_push(&p->held, m);
-	} else {
+	else
 		p->ctrl_slots_busy++; /* reposted by a later progress step */
-	}
 	return true;
 }
 
@@ -378,7 +431,7 @@ static bool peer_try_repost_ctrl(struct peer *p)
 	if (!p->ctrl_slots_busy)
 		return false;
 	p->ctrl_slots_busy--;
-	p->rx_posted++;
+	p->m.posted++;
 	return true;
 }
 
@@ -390,20 +443,21 @@ static bool peer_try_consume(struct peer *p)
 		return false;
 	m = q_pop(&p->held);
 	p->recv_bytes += m.len;
-	p->rx_posted++;
+	p->m.posted++;
 	ss_credit_on_consumed(&p->c, 1);
 	return true;
 }
 
-static bool peer_try_send_done(struct peer *p, struct peer *other)
+static bool peer_try_send_done(struct peer *p)
 {
 	/* A send completes once the peer has taken it off the wire. */
 	if (q_len(&p->send_done) <= q_len(&p->wire))
 		return false;
 	struct msg m = q_pop(&p->send_done);
-	uint32_t kind = (m.imm & SS_IMM_TYPE_MASK) >> SS_IMM_TYPE_SHIFT;
-	ss_credit_on_send_done(&p->c, (enum ss_msg_kind)kind);
-	(void)other;
+	p->m.sq_free++;
+	if (kind_of(m.imm) != SS_KIND_DATA)
+		p->m.ctrl_inflight--;
+	ss_credit_on_send_done(&p->c, kind_of(m.imm));
 	return true;
 }
 
@@ -418,11 +472,13 @@ static void simulate(uint64_t seed, const struct ss_credit_cfg *cfg, uint64_t by
 	static struct peer pr[2];
 
 	rnd_state = seed;
+	sim_cfg = cfg;
 	memset(pr, 0, sizeof(pr));
 	for (int i = 0; i < 2; i++) {
 		assert_int_equal(ss_credit_init(&pr[i].c, cfg), 0);
 		pr[i].to_send = bytes_each;
-		pr[i].rx_posted = cfg->rx_window + cfg->ctrl_reserve;
+		pr[i].m = (struct model){.sq_free = cfg->sq_depth, .credits = cfg->tx_window,
+					 .posted = cfg->rx_window + cfg->ctrl_reserve};
 	}
 	for (uint64_t steps = 0;; steps++) {
 		bool progressed = false;
@@ -432,13 +488,13 @@ static void simulate(uint64_t seed, const struct ss_credit_cfg *cfg, uint64_t by
 			struct peer *p = &pr[who], *o = &pr[!who];
 
 			switch (rnd(capped ? 6 : 5)) {
-			case 0: progressed = peer_try_post(p, o); break;
+			case 0: progressed = peer_try_post(p); break;
 			case 1: progressed = peer_try_recv(p, o); break;
 			case 2:
 				if (rnd(100) >= slow_reader_pct || who == 1)
 					progressed = peer_try_consume(p);
 				break;
-			case 3: progressed = peer_try_send_done(p, o); break;
+			case 3: progressed = peer_try_send_done(p); break;
 			case 4: progressed = peer_try_repost_ctrl(p); break;
 			case 5:
 				ss_credit_set_grant_limit(&p->c, rnd(4) ? (uint32_t)rnd(3) : UINT32_MAX);
@@ -449,8 +505,8 @@ static void simulate(uint64_t seed, const struct ss_credit_cfg *cfg, uint64_t by
 			/* Exhaustive check: is anything at all possible? */
 			for (int who = 0; who < 2 && !progressed; who++) {
 				struct peer *p = &pr[who], *o = &pr[!who];
-				progressed = peer_try_post(p, o) || peer_try_recv(p, o) ||
-					     peer_try_consume(p) || peer_try_send_done(p, o) ||
+				progressed = peer_try_post(p) || peer_try_recv(p, o) ||
+					     peer_try_consume(p) || peer_try_send_done(p) ||
 					     peer_try_repost_ctrl(p);
 			}
 		}
@@ -470,7 +526,7 @@ static void simulate(uint64_t seed, const struct ss_credit_cfg *cfg, uint64_t by
 		assert_true(pr[!i].c.eos_received);
 		assert_int_equal(pr[!i].recv_bytes, pr[i].sent_bytes);
 		assert_int_equal(pr[i].sent_bytes, bytes_each);
-		assert_int_equal(pr[i].c.sq_free, cfg->sq_depth);
+		assert_int_equal(pr[i].m.sq_free, cfg->sq_depth);
 		assert_int_equal(q_len(&pr[i].wire), 0);
 	}
 }

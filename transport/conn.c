@@ -343,7 +343,7 @@ void ss_conn_on_wcs(struct ss_conn *c, const struct ibv_wc *wc, int n, bool recv
 	pthread_mutex_lock(&c->lock);
 	for (int i = 0; i < n; i++)
 		edge |= ss_conn_on_completion(c, &wc[i], recv);
-	__atomic_add_fetch(&c->seen, 1, __ATOMIC_RELEASE);
+	atomic_fetch_add_explicit(&c->seen, 1, memory_order_release);
 	if (c->st != ST_DEAD)
 		ss_conn_after_events(c, edge);
 	pthread_mutex_unlock(&c->lock);
@@ -460,15 +460,14 @@ int ss_conn_create(struct ss_worker *w, const struct ss_transport_cfg *cfg,
 		ret = -ENOMEM;
 		goto err_free;
 	}
+	/* Before the backend makes anything: nothing to undo when it fails. */
+	ret = ss_random_psn(&c->psn);
+	if (ret)
+		goto err_free;
 	memset(mine, 0, sizeof(*mine));
 	ret = c->be->setup(c, cfg, mine);
 	if (ret)
 		goto err_free;
-	ret = ss_random_psn(&c->psn);
-	if (ret) {
-		c->be->teardown(c);
-		goto err_free;
-	}
 	mine->caps = SS_CAP_DATA_V1;
 	mine->mtu = (uint8_t)c->dc->dev->active_mtu;
 	mine->sq_depth = (uint16_t)cfg->sq_depth;
@@ -486,6 +485,8 @@ err_free:
 	free(c->rxq);
 	free(c->tx_len);
 	free(c->tx_blk);
+	pthread_cond_destroy(&c->drained);
+	pthread_mutex_destroy(&c->lock);
 	free(c);
 	return ret;
 }

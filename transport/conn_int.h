@@ -8,6 +8,7 @@
 #define SS_TRANSPORT_CONN_INT_H
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -90,7 +91,7 @@ struct ss_conn {
 	struct ss_txcq *txcq;
 	uint32_t hold_max; /* blocks held unread before copies go to the heap */
 	uint32_t held;
-	uint32_t seen; /* completions handed to us; spinners watch it (atomic) */
+	atomic_uint seen; /* completions handed to us; spinners watch it */
 	bool last_wqe;
 	bool tx_wait; /* counted in the SRQ's send waiters */
 	struct ss_blk *rel; /* received blocks to repost at the next push */

@@ -6,6 +6,7 @@
 #include "transport/conn_int.h"
 
 #include <sched.h>
+#include <stdatomic.h>
 
 #include "transport/qp.h"
 #include "transport/srq.h"
@@ -16,7 +17,7 @@ static int srq_setup(struct ss_conn *c, const struct ss_transport_cfg *cfg, stru
 	struct ss_qp_caps caps = {cfg->sq_depth, 0, cfg->max_inline};
 	int ret;
 
-	c->srq = c->dc->srq;
+	c->srq = atomic_load_explicit(&c->dc->srq, memory_order_acquire);
 	c->hold_max = cfg->srq_hold;
 	ret = ss_srq_reserve_tx(c->srq, cfg->sq_depth, &c->txcq);
 	if (ret)
@@ -84,7 +85,7 @@ static void srq_progress(struct ss_conn *c)
 static bool srq_spin(struct ss_conn *c, unsigned usec)
 {
 	uint64_t end = ss_now_us() + usec;
-	uint32_t seen = __atomic_load_n(&c->seen, __ATOMIC_ACQUIRE);
+	uint32_t seen = atomic_load_explicit(&c->seen, memory_order_acquire);
 	bool got = false;
 
 	pthread_mutex_lock(&c->lock);
@@ -93,7 +94,7 @@ static bool srq_spin(struct ss_conn *c, unsigned usec)
 	ss_srq_spin_begin(c->srq);
 	for (;;) {
 		ss_srq_try_progress(c->srq);
-		if (__atomic_load_n(&c->seen, __ATOMIC_ACQUIRE) != seen) {
+		if (atomic_load_explicit(&c->seen, memory_order_acquire) != seen) {
 			got = true;
 			break;
 		}
@@ -106,7 +107,7 @@ static bool srq_spin(struct ss_conn *c, unsigned usec)
 	pthread_mutex_unlock(&c->lock);
 	ss_srq_spin_end(c->srq); /* re-arms and polls: may hand us more */
 	pthread_mutex_lock(&c->lock);
-	if (__atomic_load_n(&c->seen, __ATOMIC_ACQUIRE) != seen || c->st != ST_RUNNING)
+	if (atomic_load_explicit(&c->seen, memory_order_acquire) != seen || c->st != ST_RUNNING)
 		got = true;
 	if (!got && !c->spinners)
 		ss_conn_report(c, false);

@@ -39,8 +39,8 @@ static int grow_locked(struct ss_pool *p, uint32_t n)
 	struct ss_pool_chunk *ch;
 	size_t len;
 
-	if (n > p->max_blks - p->n_blks)
-		n = p->max_blks - p->n_blks;
+	if (n > p->max_blks - ss_pool_made(p))
+		n = p->max_blks - ss_pool_made(p);
 	if (n == 0)
 		return 0;
 	len = ((size_t)n * p->blk_size + 4095) & ~(size_t)4095;
@@ -70,7 +70,7 @@ static int grow_locked(struct ss_pool *p, uint32_t n)
 	}
 	ch->next = p->chunks;
 	p->chunks = ch;
-	p->n_blks += n;
+	atomic_fetch_add_explicit(&p->n_blks, n, memory_order_relaxed);
 	p->n_free += n;
 	p->reg_bytes += len;
 	return (int)n;
@@ -136,7 +136,7 @@ int ss_pool_can_get(struct ss_pool *p)
 	int ok;
 
 	pthread_mutex_lock(&p->lock);
-	ok = p->free != NULL || p->n_blks < p->max_blks;
+	ok = p->free != NULL || ss_pool_made(p) < p->max_blks;
 	pthread_mutex_unlock(&p->lock);
 	return ok;
 }
@@ -153,7 +153,8 @@ void ss_pool_fini(struct ss_pool *p)
 	}
 	p->chunks = NULL;
 	p->free = NULL;
-	p->n_blks = p->n_free = 0;
+	atomic_store_explicit(&p->n_blks, 0, memory_order_relaxed);
+	p->n_free = 0;
 	if (p->pd)
 		pthread_mutex_destroy(&p->lock);
 }

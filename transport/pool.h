@@ -8,6 +8,7 @@
 #define SS_TRANSPORT_POOL_H
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -26,7 +27,7 @@ struct ss_pool {
 	pthread_mutex_t lock;
 	struct ibv_pd *pd;
 	uint32_t blk_size, chunk_blks, max_blks;
-	uint32_t n_blks; /* blocks made so far */
+	atomic_uint n_blks; /* blocks made so far (grown under lock, read anywhere) */
 	uint32_t n_free; /* on the free list */
 	size_t reg_bytes; /* registered memory */
 	struct ss_blk *free;
@@ -52,6 +53,12 @@ uint32_t ss_pool_get_many(struct ss_pool *p, struct ss_blk **head_p, uint32_t ma
 
 /* Gives a block back. */
 void ss_pool_put(struct ss_pool *p, struct ss_blk *b);
+
+/* Blocks made so far (any thread, no lock). */
+static inline uint32_t ss_pool_made(struct ss_pool *p)
+{
+	return atomic_load_explicit(&p->n_blks, memory_order_relaxed);
+}
 
 /* True when a block could be had now (free, or room to grow). */
 int ss_pool_can_get(struct ss_pool *p);

@@ -43,7 +43,7 @@ static int post_blocks(struct ss_srq *s, struct ss_blk *head)
 				ss_pool_put(&s->rx, (struct ss_blk *)(uintptr_t)w->wr_id);
 			ret = -ret;
 		}
-		__atomic_add_fetch(&s->posted, n, __ATOMIC_RELAXED);
+		atomic_fetch_add_explicit(&s->posted, n, memory_order_relaxed);
 	}
 	return ret;
 }
@@ -297,7 +297,8 @@ static void dispatch(struct ss_srq *s, struct ibv_wc *wc, int n, bool recv)
 	uint32_t rx_done = recv ? (uint32_t)n : 0;
 
 	if (rx_done) {
-		uint32_t held = s->rx.n_blks - __atomic_sub_fetch(&s->posted, rx_done, __ATOMIC_RELAXED);
+		uint32_t held = ss_pool_made(&s->rx) -
+				(atomic_fetch_sub_explicit(&s->posted, rx_done, memory_order_relaxed) - rx_done);
 
 		if (held > s->peak_held)
 			s->peak_held = held;
@@ -356,7 +357,7 @@ static void arm(struct ss_srq *s)
 {
 	if (!s->rcq_armed && ibv_req_notify_cq(s->rcq, 0) == 0)
 		s->rcq_armed = 1;
-	if (!__atomic_load_n(&s->tx_waiters, __ATOMIC_ACQUIRE))
+	if (!atomic_load_explicit(&s->tx_waiters, memory_order_acquire))
 		return;
 	for (struct ss_txcq *t = s->txcqs; t; t = t->next)
 		if (!t->armed && ibv_req_notify_cq(t->cq, 0) == 0)
@@ -367,7 +368,7 @@ void ss_srq_progress(struct ss_srq *s, int rearm)
 {
 	pthread_mutex_lock(&s->poll_lock);
 	poll_all(s);
-	if (rearm && !__atomic_load_n(&s->spinners, __ATOMIC_ACQUIRE)) {
+	if (rearm && !atomic_load_explicit(&s->spinners, memory_order_acquire)) {
 		arm(s);
 		poll_all(s);
 	}
@@ -387,8 +388,8 @@ void ss_srq_want_tx(struct ss_srq *s, bool want)
 {
 	/* The first waiter wakes the progress thread, which arms the send CQs. */
 	if (!want)
-		__atomic_sub_fetch(&s->tx_waiters, 1, __ATOMIC_ACQ_REL);
-	else if (__atomic_add_fetch(&s->tx_waiters, 1, __ATOMIC_ACQ_REL) == 1)
+		atomic_fetch_sub(&s->tx_waiters, 1);
+	else if (atomic_fetch_add(&s->tx_waiters, 1) == 0)
 		ss_worker_wake(s->w);
 }
 
@@ -396,7 +397,7 @@ void ss_srq_on_wake(struct ss_srq *s)
 {
 	int unarmed = 0;
 
-	if (!__atomic_load_n(&s->tx_waiters, __ATOMIC_ACQUIRE))
+	if (!atomic_load_explicit(&s->tx_waiters, memory_order_acquire))
 		return;
 	pthread_mutex_lock(&s->poll_lock);
 	for (struct ss_txcq *t = s->txcqs; t; t = t->next)
@@ -437,7 +438,7 @@ void ss_srq_on_limit(struct ss_srq *s)
 	got = grow(s, s->cfg.initial);
 	if (got > 0) {
 		ss_log_info("SRQ limit reached: pool grown by %d to %u blocks (bound %u)", got,
-			    s->rx.n_blks, s->rx.max_blks);
+			    ss_pool_made(&s->rx), s->rx.max_blks);
 	} else {
 		/* At the bound: unread data leaves the pool (poll lock before connection locks). */
 		pthread_mutex_lock(&s->poll_lock);
@@ -452,13 +453,13 @@ void ss_srq_on_limit(struct ss_srq *s)
 
 void ss_srq_spin_begin(struct ss_srq *s)
 {
-	__atomic_add_fetch(&s->spinners, 1, __ATOMIC_ACQ_REL);
+	atomic_fetch_add(&s->spinners, 1);
 }
 
 void ss_srq_spin_end(struct ss_srq *s)
 {
 	/* The last spinner leaves: events must flow again, with nothing lost between. */
-	if (__atomic_sub_fetch(&s->spinners, 1, __ATOMIC_ACQ_REL) == 0)
+	if (atomic_fetch_sub(&s->spinners, 1) == 1)
 		ss_srq_progress(s, 1);
 }
 
@@ -479,8 +480,8 @@ void ss_srq_detach(struct ss_srq *s, struct ibv_qp *qp)
 
 uint32_t ss_srq_free_capacity(struct ss_srq *s)
 {
-	uint32_t posted = __atomic_load_n(&s->posted, __ATOMIC_RELAXED);
-	uint32_t room = s->rx.max_blks - __atomic_load_n(&s->rx.n_blks, __ATOMIC_RELAXED);
+	uint32_t posted = atomic_load_explicit(&s->posted, memory_order_relaxed);
+	uint32_t room = s->rx.max_blks - ss_pool_made(&s->rx);
 
 	return posted + room;
 }
@@ -488,11 +489,11 @@ uint32_t ss_srq_free_capacity(struct ss_srq *s)
 void ss_srq_get_stats(struct ss_srq *s, struct ss_srq_stats *st)
 {
 	pthread_mutex_lock(&s->rx.lock);
-	st->pool_blks = s->rx.n_blks;
+	st->pool_blks = ss_pool_made(&s->rx);
 	st->pool_max = s->rx.max_blks;
 	st->reg_bytes = s->rx.reg_bytes;
 	pthread_mutex_unlock(&s->rx.lock);
-	st->posted = __atomic_load_n(&s->posted, __ATOMIC_RELAXED);
+	st->posted = atomic_load_explicit(&s->posted, memory_order_relaxed);
 	st->peak_held = s->peak_held;
 	st->limit_events = s->limit_events;
 }

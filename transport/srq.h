@@ -16,6 +16,7 @@
 #define SS_TRANSPORT_SRQ_H
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -54,11 +55,11 @@ struct ss_srq {
 	struct ss_worker *w;
 	struct ss_srq_cfg cfg;
 	pthread_mutex_t poll_lock;
-	int spinners;  /* application threads polling; atomic */
-	int tx_waiters; /* connections waiting for a send completion: the send CQs raise events; atomic */
+	atomic_int spinners;   /* application threads polling */
+	atomic_int tx_waiters; /* connections waiting for a send completion: the send CQs raise events */
 	struct ibv_srq *srq;
 	struct ss_pool rx;
-	uint32_t posted; /* receives on the SRQ; atomic */
+	atomic_uint posted; /* receives on the SRQ */
 	uint32_t limit;  /* the SRQ limit last armed (0: not armed) */
 	uint32_t max_cqe;
 	struct ibv_cq *rcq;

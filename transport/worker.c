@@ -92,7 +92,7 @@ int ss_worker_devctx(struct ss_worker *w, const struct ss_dev_override *ovr,
 		return -ENODEV;
 	}
 	pthread_mutex_lock(&w->lock);
-	for (dc = w->devs; dc; dc = dc->next)
+	for (dc = atomic_load_explicit(&w->devs, memory_order_relaxed); dc; dc = dc->next)
 		if (memcmp(dc->key, key, 16) == 0)
 			goto found;
 	/* An address that had no device a moment ago has none now: no rescan per connection. */
@@ -155,8 +155,9 @@ int ss_worker_devctx(struct ss_worker *w, const struct ss_dev_override *ovr,
 	}
 	ss_log_info("using %s port %u GID index %u", dc->dev->name, dc->dev->port,
 		    dc->dev->gid_index);
-	dc->next = w->devs;
-	w->devs = dc;
+	dc->next = atomic_load_explicit(&w->devs, memory_order_relaxed);
+	/* Published whole: the progress thread walks the list without the lock. */
+	atomic_store_explicit(&w->devs, dc, memory_order_release);
 found:
 	*dc_p = dc;
 	*reason_p = SS_REASON_NONE;
@@ -181,13 +182,16 @@ int ss_worker_devctx_pools(struct ss_worker *w, struct ss_devctx *dc,
 			goto out;
 		dc->pools_ready = 1;
 	}
-	if (cfg->recv_mode == SS_RECV_SRQ && !dc->srq) {
+	if (cfg->recv_mode == SS_RECV_SRQ && !atomic_load_explicit(&dc->srq, memory_order_relaxed)) {
+		struct ss_srq *srq;
 		struct ss_srq_cfg sc = {
 			.buf_size = cfg->buf_size,
 			.initial = cfg->srq_initial,
 			.max_blks = cfg->srq_max,
 		};
-		ret = ss_srq_create(w, dc, &sc, &dc->srq);
+		ret = ss_srq_create(w, dc, &sc, &srq);
+		if (ret == 0) /* published whole: the progress thread reads it without the lock */
+			atomic_store_explicit(&dc->srq, srq, memory_order_release);
 	}
 out:
 	pthread_mutex_unlock(&w->lock);
@@ -198,18 +202,21 @@ void ss_worker_get_stats(struct ss_worker *w, struct ss_worker_stats *st)
 {
 	memset(st, 0, sizeof(*st));
 	pthread_mutex_lock(&w->lock);
-	for (struct ss_devctx *dc = w->devs; dc; dc = dc->next) {
+	for (struct ss_devctx *dc = atomic_load_explicit(&w->devs, memory_order_relaxed); dc;
+	     dc = dc->next) {
+		struct ss_srq *srq = atomic_load_explicit(&dc->srq, memory_order_acquire);
+
 		snprintf(st->device, sizeof(st->device), "%.31s", dc->dev->name);
 		if (dc->pools_ready) {
 			pthread_mutex_lock(&dc->txp.lock);
-			st->tx_blocks += dc->txp.n_blks;
+			st->tx_blocks += ss_pool_made(&dc->txp);
 			st->reg_bytes += dc->txp.reg_bytes;
 			pthread_mutex_unlock(&dc->txp.lock);
 		}
-		if (dc->srq) {
+		if (srq) {
 			struct ss_srq_stats ss;
 
-			ss_srq_get_stats(dc->srq, &ss);
+			ss_srq_get_stats(srq, &ss);
 			st->srq_blocks += ss.pool_blks;
 			st->srq_max += ss.pool_max;
 			st->srq_posted += ss.posted;
@@ -223,14 +230,14 @@ void ss_worker_get_stats(struct ss_worker *w, struct ss_worker_stats *st)
 
 void ss_worker_publish(struct ss_worker *w, struct ss_worker_stats *pub)
 {
-	__atomic_store_n(&w->pub, pub, __ATOMIC_RELEASE);
+	atomic_store_explicit(&w->pub, pub, memory_order_release);
 	ss_worker_wake(w);
 }
 
 /* Refreshes the published statistics once a second; returns the epoll timeout until the next. */
 static int refresh_stats(struct ss_worker *w)
 {
-	struct ss_worker_stats *pub = __atomic_load_n(&w->pub, __ATOMIC_ACQUIRE), st;
+	struct ss_worker_stats *pub = atomic_load_explicit(&w->pub, memory_order_acquire), st;
 	uint64_t now = ss_now_ms();
 
 	if (!pub)
@@ -346,8 +353,8 @@ static void drain_async(struct ss_devctx *dc)
 	while (ibv_get_async_event(dc->dev->ctx, &ev) == 0) {
 		switch (ev.event_type) {
 		case IBV_EVENT_SRQ_LIMIT_REACHED:
-			if (dc->srq)
-				ss_srq_on_limit(dc->srq);
+			if (atomic_load_explicit(&dc->srq, memory_order_acquire))
+				ss_srq_on_limit(atomic_load_explicit(&dc->srq, memory_order_acquire));
 			break;
 		case IBV_EVENT_QP_LAST_WQE_REACHED:
 			if (ev.element.qp->qp_context)
@@ -433,10 +440,13 @@ static void *progress_main(void *arg)
 					/* Nothing to read: another wake-up took it. */
 				}
 				/* Devices are only ever added, at the head. */
-				for (struct ss_devctx *dc = __atomic_load_n(&w->devs, __ATOMIC_ACQUIRE);
-				     dc; dc = dc->next)
-					if (dc->srq)
-						ss_srq_on_wake(dc->srq);
+				for (struct ss_devctx *dc = atomic_load_explicit(&w->devs, memory_order_acquire);
+				     dc; dc = dc->next) {
+					struct ss_srq *srq = atomic_load_explicit(&dc->srq, memory_order_acquire);
+
+					if (srq)
+						ss_srq_on_wake(srq);
+				}
 				break;
 			}
 			case SS_TAG_CHANNEL:

@@ -3,6 +3,7 @@
 #define SS_TRANSPORT_WORKER_H
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -36,7 +37,8 @@ struct ss_devctx {
 	int async_tag; /* SS_TAG_ASYNC: the device's async events */
 	int pools_ready;
 	struct ss_pool txp;  /* send blocks of every connection on the device */
-	struct ss_srq *srq;  /* SRQ mode's shared receive side, made on first need */
+	/* SRQ mode's shared receive side, made on first need (under the worker lock), read anywhere */
+	_Atomic(struct ss_srq *) srq;
 };
 
 /* An address recently found without a device (so not rescanned for a while). */
@@ -50,7 +52,7 @@ struct ss_no_dev {
 
 struct ss_worker {
 	pthread_mutex_t lock; /* devices, graveyard, timers */
-	struct ss_devctx *devs;
+	_Atomic(struct ss_devctx *) devs; /* added at the head under lock; walked without it */
 	int epfd, evfd;
 	int ep_tag; /* SS_TAG_WAKE, for evfd */
 	pthread_t thread;
@@ -59,7 +61,7 @@ struct ss_worker {
 	struct ss_timers timers;   /* deadlines of connections (and of the shim's work) */
 	struct ss_no_dev no_dev[SS_NO_DEV_SLOTS];
 	unsigned no_dev_next;
-	struct ss_worker_stats *pub; /* refreshed by the progress thread; atomic pointer */
+	_Atomic(struct ss_worker_stats *) pub; /* refreshed by the progress thread */
 	uint64_t pub_next_ms;
 };
 

@@ -4,6 +4,12 @@ set -euo pipefail
 
 BUILD=${BUILD:-$(cd "$(dirname "$0")/../../build" && pwd)}
 SHIM=$BUILD/shim/libsrqshim.so
+# A sanitizer build of the shim needs its runtime loaded first (ASan insists).
+SAN_RT=$(ldd "$SHIM" 2>/dev/null | awk '/lib(asan|tsan)\.so/ {print $3}')
+PRELOAD=${SAN_RT:+$SAN_RT:}$SHIM
+# Programs under the shim are not ours to check for leaks; every other report is fatal.
+[ -n "$SAN_RT" ] && export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=0:halt_on_error=1:abort_on_error=1} \
+	UBSAN_OPTIONS=${UBSAN_OPTIONS:-halt_on_error=1:print_stacktrace=1}
 ADDR=${ADDR:-192.0.2.1}
 DEV=${DEV:-rxe0}
 export SRQSHIM_LOG_LEVEL=${SRQSHIM_LOG_LEVEL:-warn}
@@ -37,8 +43,8 @@ wait_listen() {
 # execs it), so the exit trap really ends it.
 SERVER_MODE=${SERVER_MODE:-srq}
 CLIENT_MODE=${CLIENT_MODE:-srq}
-SERVED=(env LD_PRELOAD="$SHIM" SRQSHIM_MODE="$SERVER_MODE")
-SHIMMED=(env LD_PRELOAD="$SHIM" SRQSHIM_MODE="$CLIENT_MODE")
+SERVED=(env LD_PRELOAD="$PRELOAD" SRQSHIM_MODE="$SERVER_MODE")
+SHIMMED=(env LD_PRELOAD="$PRELOAD" SRQSHIM_MODE="$CLIENT_MODE")
 shimmed() { "${SHIMMED[@]}" "$@"; }
 echo "modes: server $SERVER_MODE, client $CLIENT_MODE"
 

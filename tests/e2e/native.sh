@@ -27,8 +27,9 @@ run_case() { # $1: label, $2: the shim library, $3: the reason expected in the l
 }
 
 # No RDMA device on this host (a configured one, so loopback is no excuse).
-SRQSHIM_DEVICE=rxe0 run_case "no RDMA device" "$SHIM" no-device 6501
+SRQSHIM_DEVICE=rxe0 run_case "no RDMA device" "$PRELOAD" no-device 6501
 # The transport module (and so libibverbs) cannot be loaded: the shim alone.
 mkdir "$WORK/alone"
 cp "$SHIM" "$WORK/alone/"
-SRQSHIM_DEVICE=rxe0 run_case "libibverbs cannot be loaded" "$WORK/alone/libsrqshim.so" no-rdma-core 6502
+SRQSHIM_DEVICE=rxe0 run_case "libibverbs cannot be loaded" "${SAN_RT:+$SAN_RT:}$WORK/alone/libsrqshim.so" \
+	no-rdma-core 6502

@@ -99,3 +99,14 @@ scenario "ACK after the HELLO timeout" tcp:peer-plain tcp:peer-plain server \
 # The server accepts only after the client's HELLO timeout: no ACK came, so
 # the client resets the probe and connects plain; the server sees the probe.
 scenario "accept after the HELLO timeout" tcp:peer-plain tcp:peer-plain late-accept - "600" - ""
+
+# fork() while another thread is in a handshake holding the socket's lock:
+# the child closes that socket at once (every lock is made anew in a child).
+# The server is plain and silent; the shim's HELLO wait is made long, and its
+# HELLO is held back, so the connecting thread holds the lock at the fork.
+port=$((port + 1))
+"$HS" silent "$ADDR" $port 0 > "$WORK/silent.log" 2>&1 &
+wait_listen $port
+SRQSHIM_HELLO_TIMEOUT_MS=3000 SRQSHIM_TEST_DELAYS=client-hello=2000 "${SHIMMED[@]}" timeout 30 \
+	"$HS" fork "$ADDR" $port 0 || fail "fork during a handshake"
+pass "fork while a thread is in a handshake: the child closes that socket at once"
