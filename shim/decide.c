@@ -14,6 +14,8 @@
 
 #include "handshake/gid.h"
 #include "handshake/negotiate.h"
+#include "shim/epoll.h"
+#include "shim/ready.h"
 #include "shim/real.h"
 #include "shim/shim.h"
 #include "shim/stats.h"
@@ -56,7 +58,7 @@ int ss_send_msg(int fd, const struct ss_msg *m, int ms)
 	return ss_hs_write(&ss_real_io, fd, m, ss_deadline_in(ms));
 }
 
-static const struct ss_conn_hooks decide_hooks = {.ready = ss_mirror_conn_ready};
+static const struct ss_conn_hooks decide_hooks = {.ready = ss_ready_conn};
 
 enum ss_reason ss_make_conn(struct ss_sock *s, int fd, const struct sockaddr_storage *local)
 {
@@ -113,6 +115,8 @@ void ss_become_upgraded(struct ss_sock *s, const struct ss_params *peer)
 	ss_log_info("fd %d: upgraded (peer %s)", s->fds[0],
 		    peer->recv_mode == SS_RECV_SRQ ? "srq" : "rq");
 	ss_publish(s);
+	/* Its epoll registrations move into the shadows that can answer them. */
+	ss_epoll_upgraded(s);
 	/* The TCP side: READY (or a crossing DECLINE) before the commit point, the peer's end after. */
 	ss_bg_watch(s, EPOLLIN | EPOLLRDHUP);
 }
@@ -303,6 +307,17 @@ bool ss_upgraded_tcp_event(struct ss_sock *s)
 
 /* ---- the end ---- */
 
+/* SO_LINGER on with a zero time: TCP's close sends a reset and drops what is unsent. Lock held. */
+static bool sock_abortive(struct ss_sock *s)
+{
+	struct linger lg;
+	socklen_t len = sizeof(lg);
+
+	return s->tcp_fd >= 0 &&
+	       ss_real.getsockopt(s->tcp_fd, SOL_SOCKET, SO_LINGER, &lg, &len) == 0 && lg.l_onoff &&
+	       lg.l_linger == 0;
+}
+
 void ss_sock_finish(struct ss_sock *s)
 {
 	uint64_t end = ss_deadline_in(ss_cfg.linger_ms);
@@ -329,7 +344,11 @@ void ss_sock_finish(struct ss_sock *s)
 		ss_real.poll(&p, 1, (int)(end - ss_now_ms()));
 		pthread_mutex_lock(&s->lock);
 	}
-	if (ss_sock_state(s) == SS_SOCK_UPGRADED && s->conn) {
+	/*
+	 * An abortive close: no end of stream; the TCP socket's close resets
+	 * the peer's, which fails the peer's connection with ECONNRESET.
+	 */
+	if (ss_sock_state(s) == SS_SOCK_UPGRADED && s->conn && !sock_abortive(s)) {
 		c = s->conn; /* stays until the entry is freed: the caller holds a reference */
 		shut = !s->shut_wr;
 		s->shut_wr = true;

@@ -2,7 +2,9 @@
  * The libc entry points. An fd the shim does not track costs one table
  * lookup and then the real call; everything else goes through its entry.
  */
+#include <dlfcn.h>
 #include <errno.h>
+#include <limits.h>
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -13,7 +15,9 @@
 #include <sys/ioctl.h>
 #include <sys/syscall.h>
 
+#include "shim/epoll.h"
 #include "shim/io.h"
+#include "shim/mux.h"
 #include "shim/real.h"
 #include "shim/shim.h"
 #include "transport/log.h"
@@ -335,6 +339,17 @@ EXPORT ssize_t sendmsg(int fd, const struct msghdr *msg, int flags)
 
 /* ---- the end of a socket ---- */
 
+/* The last name of s is gone: what was accepted is delivered, its registrations go. */
+static void last_name_closed(struct ss_sock *s)
+{
+	int err = errno;
+
+	ss_sock_finish(s);
+	ss_epoll_sock_gone(s);
+	ss_sock_put(s);
+	errno = err;
+}
+
 EXPORT int close(int fd)
 {
 	struct ss_sock *s;
@@ -349,9 +364,11 @@ EXPORT int close(int fd)
 		return ss_real.close(fd);
 	s = ss_sock_remove_fd(fd, &ret);
 	if (s) {
+		last_name_closed(s);
+	} else if (ss_epoll_is_ours(fd)) {
 		int err = errno;
-		ss_sock_finish(s);
-		ss_sock_put(s);
+
+		ss_epoll_closed(fd);
 		errno = err;
 	}
 	return ret;
@@ -364,10 +381,11 @@ EXPORT int close_range(unsigned first, unsigned last, int flags)
 		int top = ss_sock_table_size();
 		for (unsigned fd = first; fd <= last && fd < (unsigned)top; fd++) {
 			struct ss_sock *s = ss_sock_remove_fd((int)fd, NULL);
-			if (s) {
-				ss_sock_finish(s);
-				ss_sock_put(s);
-			}
+
+			if (s)
+				last_name_closed(s);
+			else
+				ss_epoll_closed((int)fd);
 		}
 	}
 	return ss_real.close_range(first, last, flags);
@@ -422,6 +440,7 @@ static int after_dup(int oldfd, int newfd)
 		ss_sock_put(s);
 	} else {
 		ss_sock_mark_plain_fd(newfd);
+		ss_epoll_dup(oldfd, newfd);
 	}
 	return newfd;
 }
@@ -434,10 +453,10 @@ static void forget_target(int oldfd, int newfd)
 	if (oldfd == newfd || ss_in_vfork_child())
 		return;
 	t = ss_sock_remove_fd(newfd, NULL);
-	if (t) {
-		ss_sock_finish(t);
-		ss_sock_put(t);
-	}
+	if (t)
+		last_name_closed(t);
+	else
+		ss_epoll_closed(newfd);
 }
 
 EXPORT int dup(int fd)
@@ -514,7 +533,15 @@ static int tcp_of(int fd, struct ss_sock **s_p)
 	struct ss_sock *s = ss_sock_get(fd);
 
 	*s_p = s;
-	return s && s->tcp_fd >= 0 ? s->tcp_fd : fd;
+	/*
+	 * An accepted connection not yet decided: the application's fd still
+	 * names the TCP socket, and tcp_fd is only the progress thread's
+	 * watch, which it may close at any moment (use it, and a
+	 * getsockname right after accept could fail with EBADF).
+	 */
+	if (!s || ss_sock_state(s) == SS_SOCK_ACCEPTED)
+		return fd;
+	return s->tcp_fd >= 0 ? s->tcp_fd : fd;
 }
 
 EXPORT int getsockopt(int fd, int level, int name, void *val, socklen_t *len)
@@ -597,7 +624,27 @@ EXPORT int getpeername(int fd, struct sockaddr *addr, socklen_t *len)
 	return name_of(fd, true, addr, len);
 }
 
-/* ---- epoll: the registry of the application's registrations ---- */
+/* ---- epoll: instances answered in user space (epoll.c) ---- */
+
+EXPORT int epoll_create(int size)
+{
+	int fd;
+
+	real_ready();
+	fd = ss_real.epoll_create(size);
+	ss_epoll_created(fd);
+	return fd;
+}
+
+EXPORT int epoll_create1(int flags)
+{
+	int fd;
+
+	real_ready();
+	fd = ss_real.epoll_create1(flags);
+	ss_epoll_created(fd);
+	return fd;
+}
 
 EXPORT int epoll_ctl(int epfd, int op, int fd, struct epoll_event *ev)
 {
@@ -605,26 +652,153 @@ EXPORT int epoll_ctl(int epfd, int op, int fd, struct epoll_event *ev)
 	int ret;
 
 	real_ready();
-	ret = ss_real.epoll_ctl(epfd, op, fd, ev);
-	if (ret != 0 || !(s = ss_sock_get(fd)))
+	s = ss_sock_get(fd);
+	if (!s) {
+		/* An instance nested in another cannot be answered in user space any more. */
+		if (op == EPOLL_CTL_ADD && ss_epoll_is_ours(fd))
+			ss_epoll_to_kernel(fd);
+		ret = ss_real.epoll_ctl(epfd, op, fd, ev);
+		if (ret == 0)
+			ss_epoll_count_kernel(epfd, op);
 		return ret;
-	pthread_mutex_lock(&s->fd_lock);
-	int i;
-	for (i = 0; i < s->n_regs && s->regs[i].epfd != epfd; i++)
-		;
-	if (op == EPOLL_CTL_DEL) {
-		if (i < s->n_regs)
-			s->regs[i] = s->regs[--s->n_regs];
-	} else if (i < s->n_regs) {
-		s->regs[i].ev = *ev;
-	} else if (s->n_regs < (int)(sizeof(s->regs) / sizeof(s->regs[0]))) {
-		s->regs[s->n_regs].epfd = epfd;
-		s->regs[s->n_regs].ev = *ev;
-		s->n_regs++;
-	} else {
-		ss_log_warn("fd %d: registered in too many epoll instances to track", fd);
 	}
-	pthread_mutex_unlock(&s->fd_lock);
+	ret = ss_epoll_ctl(epfd, op, fd, s, ev);
 	ss_sock_put(s);
-	return ret;
+	return (int)to_libc(ret);
+}
+
+EXPORT int epoll_wait(int epfd, struct epoll_event *evs, int max, int timeout)
+{
+	bool handled;
+	int n;
+
+	real_ready();
+	n = ss_epoll_wait(epfd, evs, max, timeout, NULL, &handled);
+	return handled ? (int)to_libc(n) : ss_real.epoll_wait(epfd, evs, max, timeout);
+}
+
+EXPORT int epoll_pwait(int epfd, struct epoll_event *evs, int max, int timeout,
+		       const sigset_t *mask)
+{
+	bool handled;
+	int n;
+
+	real_ready();
+	n = ss_epoll_wait(epfd, evs, max, timeout, mask, &handled);
+	return handled ? (int)to_libc(n) : ss_real.epoll_pwait(epfd, evs, max, timeout, mask);
+}
+
+EXPORT int epoll_pwait2(int epfd, struct epoll_event *evs, int max, const struct timespec *ts,
+			const sigset_t *mask)
+{
+	static int (*real_pwait2)(int, struct epoll_event *, int, const struct timespec *,
+				  const sigset_t *);
+	int timeout = -1, n;
+	bool handled;
+
+	real_ready();
+	if (ts) {
+		/* Whole milliseconds, rounded up: never earlier than asked. */
+		long long ms = (long long)ts->tv_sec * 1000 + (ts->tv_nsec + 999999) / 1000000;
+
+		timeout = ms > INT_MAX ? INT_MAX : (int)ms;
+	}
+	n = ss_epoll_wait(epfd, evs, max, timeout, mask, &handled);
+	if (handled)
+		return (int)to_libc(n);
+	if (!real_pwait2)
+		real_pwait2 = dlsym(RTLD_NEXT, "epoll_pwait2");
+	if (!real_pwait2)
+		return ss_real.epoll_pwait(epfd, evs, max, timeout, mask);
+	return real_pwait2(epfd, evs, max, ts, mask);
+}
+
+/* ---- poll and select (mux.c) ---- */
+
+/* A timespec as whole milliseconds, rounded up (-1 for none). */
+static int ms_of_ts(const struct timespec *ts)
+{
+	long long ms;
+
+	if (!ts)
+		return -1;
+	ms = (long long)ts->tv_sec * 1000 + (ts->tv_nsec + 999999) / 1000000;
+	return ms > INT_MAX ? INT_MAX : (int)ms;
+}
+
+EXPORT int poll(struct pollfd *fds, nfds_t n, int timeout)
+{
+	bool handled;
+	int r;
+
+	real_ready();
+	r = ss_poll(fds, n, timeout, NULL, &handled);
+	return handled ? (int)to_libc(r) : ss_real.poll(fds, n, timeout);
+}
+
+int __poll_chk(struct pollfd *fds, nfds_t n, int timeout, size_t fdslen);
+EXPORT int __poll_chk(struct pollfd *fds, nfds_t n, int timeout, size_t fdslen)
+{
+	if (fdslen / sizeof(*fds) < n)
+		abort(); /* as glibc's fortified check does */
+	return poll(fds, n, timeout);
+}
+
+EXPORT int ppoll(struct pollfd *fds, nfds_t n, const struct timespec *ts, const sigset_t *mask)
+{
+	bool handled;
+	int r;
+
+	real_ready();
+	r = ss_poll(fds, n, ms_of_ts(ts), mask, &handled);
+	return handled ? (int)to_libc(r) : ss_real.ppoll(fds, n, ts, mask);
+}
+
+int __ppoll_chk(struct pollfd *fds, nfds_t n, const struct timespec *ts, const sigset_t *mask,
+		size_t fdslen);
+EXPORT int __ppoll_chk(struct pollfd *fds, nfds_t n, const struct timespec *ts,
+		       const sigset_t *mask, size_t fdslen)
+{
+	if (fdslen / sizeof(*fds) < n)
+		abort();
+	return ppoll(fds, n, ts, mask);
+}
+
+EXPORT int select(int nfds, fd_set *rd, fd_set *wr, fd_set *ex, struct timeval *tv)
+{
+	int timeout = -1, r;
+	uint64_t start = 0;
+	bool handled;
+
+	real_ready();
+	if (tv) {
+		long long ms = (long long)tv->tv_sec * 1000 + (tv->tv_usec + 999) / 1000;
+
+		timeout = ms > INT_MAX ? INT_MAX : (int)ms;
+		start = ss_now_us();
+	}
+	r = ss_select(nfds, rd, wr, ex, timeout, NULL, &handled);
+	if (!handled)
+		return ss_real.select(nfds, rd, wr, ex, tv);
+	if (tv) {
+		/* As Linux: the time not slept is left in *tv. */
+		uint64_t spent = ss_now_us() - start, total = (uint64_t)tv->tv_sec * 1000000 +
+							      (uint64_t)tv->tv_usec;
+		uint64_t left = spent < total ? total - spent : 0;
+
+		tv->tv_sec = (time_t)(left / 1000000);
+		tv->tv_usec = (suseconds_t)(left % 1000000);
+	}
+	return (int)to_libc(r);
+}
+
+EXPORT int pselect(int nfds, fd_set *rd, fd_set *wr, fd_set *ex, const struct timespec *ts,
+		   const sigset_t *mask)
+{
+	bool handled;
+	int r;
+
+	real_ready();
+	r = ss_select(nfds, rd, wr, ex, ms_of_ts(ts), mask, &handled);
+	return handled ? (int)to_libc(r) : ss_real.pselect(nfds, rd, wr, ex, ts, mask);
 }

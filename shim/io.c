@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "shim/io.h"
+#include "shim/ready.h"
 #include "shim/real.h"
 #include "shim/shim.h"
 #include "transport/log.h"
@@ -81,6 +82,18 @@ static bool io_would_wait(int fd, int flags)
 }
 
 /*
+ * Before a call that may not wait says EAGAIN: takes what the CQs hold
+ * (no system call), as TCP's receive path would have done meanwhile.
+ * True when something was taken (the caller tries once more).
+ */
+static bool io_poll_cqs(void)
+{
+	struct ss_worker *w = atomic_load_explicit(&ss_w, memory_order_acquire);
+
+	return w && ss_tp->worker_poll(w) > 0;
+}
+
+/*
  * Sleeps until the application's fd (our socketpair end) shows what the
  * caller waits for: a blocking call on that end that ends when it does: a
  * peek at the readable token (or end of file), or a one-byte write that
@@ -95,31 +108,47 @@ static bool io_would_wait(int fd, int flags)
  */
 static int io_wait_app_fd(struct ss_sock *s, int fd, bool out)
 {
+	bool up = ss_sock_state(s) == SS_SOCK_UPGRADED;
+	unsigned sig = ss_sig_no_restart();
+	/* Asleep in the kernel on the mirror (now, or once upgraded): it must show the truth. */
+	bool mirrored = ss_sock_state(s) >= SS_SOCK_CONNECTING &&
+			ss_sock_state(s) != SS_SOCK_ACCEPTED && ss_sock_state(s) != SS_SOCK_PLAIN;
 	char b = 0;
 	ssize_t n;
+	int err;
 
-	if (ss_sock_state(s) == SS_SOCK_UPGRADED && ss_cfg.poll_us > 0 &&
-	    ss_tp->conn_spin(s->conn, (unsigned)ss_cfg.poll_us))
+	if (up && ss_cfg.poll_us > 0 && ss_tp->conn_spin(s->conn, (unsigned)ss_cfg.poll_us))
 		return 0;
+	/* A handler without SA_RESTART ran while we polled: the kernel's call would say EINTR. */
+	if (ss_sig_no_restart() != sig)
+		return -EINTR;
+	if (mirrored)
+		ss_ready_mirror_get(s);
 	if (out) {
 		/* Counted, so that the fd number is not handed to the TCP socket meanwhile. */
 		pthread_mutex_lock(&s->fd_lock);
 		if (!s->mirror_on) {
 			pthread_mutex_unlock(&s->fd_lock);
-			return 0;
+			n = 0;
+		} else {
+			s->wait_writers++;
+			pthread_mutex_unlock(&s->fd_lock);
+			n = ss_real.send(fd, &b, 1, MSG_NOSIGNAL);
+			err = errno;
+			pthread_mutex_lock(&s->fd_lock);
+			s->wait_writers--;
+			pthread_mutex_unlock(&s->fd_lock);
+			errno = err;
 		}
-		s->wait_writers++;
-		pthread_mutex_unlock(&s->fd_lock);
-		n = ss_real.send(fd, &b, 1, MSG_NOSIGNAL);
-		pthread_mutex_lock(&s->fd_lock);
-		s->wait_writers--;
-		pthread_mutex_unlock(&s->fd_lock);
 	} else {
 		n = ss_real.recv(fd, &b, 1, MSG_PEEK);
 	}
-	if (n >= 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR))
+	err = errno;
+	if (mirrored)
+		ss_ready_mirror_put(s);
+	if (n >= 0 || (err != EAGAIN && err != EWOULDBLOCK && err != EINTR))
 		return 0; /* shown, or our end shut down: the state says what */
-	return errno == EINTR ? -EINTR : -EAGAIN;
+	return err == EINTR ? -EINTR : -EAGAIN;
 }
 
 /*
@@ -258,7 +287,7 @@ static ssize_t io_up_result(struct ss_sock *s, ssize_t r)
 
 static ssize_t io_up_recv(struct ss_sock *s, int fd, const struct iovec *iov, int n, int flags)
 {
-	bool peek = flags & MSG_PEEK, waitall = (flags & MSG_WAITALL) && !peek;
+	bool peek = flags & MSG_PEEK, waitall = (flags & MSG_WAITALL) && !peek, polled = false;
 	size_t want, got = 0;
 	struct io_vec local;
 	ssize_t r;
@@ -282,8 +311,13 @@ static ssize_t io_up_recv(struct ss_sock *s, int fd, const struct iovec *iov, in
 		if (r != -EAGAIN)
 			break;
 		/* The O_NONBLOCK flag is looked up only when the call would block. */
-		if (!io_would_wait(fd, flags))
+		if (!io_would_wait(fd, flags)) {
+			if (!polled && io_poll_cqs()) {
+				polled = true;
+				continue;
+			}
 			break;
+		}
 		r = io_wait_app_fd(s, fd, false);
 		if (r)
 			break;
@@ -304,7 +338,7 @@ static ssize_t io_up_recv(struct ss_sock *s, int fd, const struct iovec *iov, in
 /* Sends from the caller's private iovec (advanced as bytes go); returns the count or -errno. */
 static ssize_t io_up_send(struct ss_sock *s, int fd, struct io_vec *local, size_t want, int flags)
 {
-	bool more = (flags & MSG_MORE) || s->cork;
+	bool more = (flags & MSG_MORE) || s->cork, polled = false;
 	size_t sent = 0;
 	ssize_t r = 0;
 
@@ -323,6 +357,9 @@ static ssize_t io_up_send(struct ss_sock *s, int fd, struct io_vec *local, size_
 				r = -SS_REDO;
 			if (r == 0)
 				continue;
+		} else if (r == -EAGAIN && !polled && io_poll_cqs()) {
+			polled = true;
+			continue;
 		}
 		break;
 	}

@@ -14,6 +14,7 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include "shim/epoll.h"
 #include "shim/real.h"
 #include "shim/shim.h"
 #include "transport/log.h"
@@ -33,27 +34,6 @@ int ss_private_fd(int fd)
 	return nfd < 0 ? -errno : nfd;
 }
 
-/* Removes the application's epoll registrations of fd (before its object changes). */
-static void mirror_epoll_drop(struct ss_sock *s, int fd)
-{
-	for (int i = 0; i < s->n_regs; i++)
-		ss_real.epoll_ctl(s->regs[i].epfd, EPOLL_CTL_DEL, fd, NULL);
-}
-
-void ss_epoll_readd(struct ss_sock *s, int fd)
-{
-	for (int i = 0; i < s->n_regs;) {
-		struct epoll_event ev = s->regs[i].ev;
-
-		if (ss_real.epoll_ctl(s->regs[i].epfd, EPOLL_CTL_ADD, fd, &ev) < 0 &&
-		    errno != EEXIST) {
-			s->regs[i] = s->regs[--s->n_regs]; /* that epoll instance is gone */
-			continue;
-		}
-		i++;
-	}
-}
-
 int ss_put_on_names(struct ss_sock *s, int newfd)
 {
 	int ret = 0;
@@ -64,14 +44,14 @@ int ss_put_on_names(struct ss_sock *s, int newfd)
 		int fdflags = ss_real.fcntl(fd, F_GETFD);
 		int flflags = ss_real.fcntl(fd, F_GETFL);
 
-		mirror_epoll_drop(s, fd);
+		ss_epoll_drop_kernel(s, fd);
 		if (ss_real.dup3(newfd, fd, fdflags & FD_CLOEXEC ? O_CLOEXEC : 0) < 0)
 			ret = -errno;
 		/* O_NONBLOCK lives in the open file: carry it over. */
 		int nfl = ss_real.fcntl(fd, F_GETFL);
 		if (flflags >= 0 && nfl >= 0)
 			ss_real.fcntl(fd, F_SETFL, (nfl & ~O_NONBLOCK) | (flflags & O_NONBLOCK));
-		ss_epoll_readd(s, fd);
+		ss_epoll_readd_kernel(s, fd);
 	}
 	pthread_mutex_unlock(&s->fd_lock);
 	ss_real.close(newfd);
@@ -234,11 +214,3 @@ void ss_mirror_show(struct ss_sock *s, unsigned ready)
 	pthread_mutex_unlock(&s->fd_lock);
 }
 
-void ss_mirror_conn_ready(void *arg, unsigned ready)
-{
-	struct ss_sock *s = arg;
-
-	/* Before the decision the shim's state says what shows, not the connection. */
-	if (ss_sock_state(s) == SS_SOCK_UPGRADED)
-		ss_mirror_show(s, ready);
-}

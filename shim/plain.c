@@ -12,6 +12,7 @@
 #include <string.h>
 #include <sys/epoll.h>
 
+#include "shim/epoll.h"
 #include "shim/real.h"
 #include "shim/shim.h"
 #include "transport/log.h"
@@ -42,6 +43,8 @@ int ss_fallback(struct ss_sock *s, enum ss_reason why)
 	s->reason = why;
 	/* From here the connection's readiness no longer drives the mirror. */
 	ss_sock_set_state(s, SS_SOCK_FALLBACK);
+	/* Its registrations go back to the kernel, where the mirror (then TCP) answers them. */
+	ss_epoll_leaving(s);
 	if (s->conn)
 		n = ss_tp->conn_take_unsent(s->conn, &unsent);
 	if (n > 0) {

@@ -3,6 +3,7 @@
 #define SS_SHIM_REAL_H
 
 #include <poll.h>
+#include <signal.h>
 #include <sys/epoll.h>
 #include <sys/select.h>
 #include <sys/socket.h>
@@ -41,6 +42,15 @@
 	X(getsockname, int, (int, struct sockaddr *, socklen_t *))                                 \
 	X(getpeername, int, (int, struct sockaddr *, socklen_t *))                                 \
 	X(close_range, int, (unsigned, unsigned, int))                                             \
+	X(sigaction, int, (int, const struct sigaction *, struct sigaction *))                     \
+	X(epoll_create, int, (int))                                                                \
+	X(epoll_create1, int, (int))                                                               \
+	X(epoll_wait, int, (int, struct epoll_event *, int, int))                                  \
+	X(epoll_pwait, int, (int, struct epoll_event *, int, int, const sigset_t *))               \
+	X(ppoll, int, (struct pollfd *, nfds_t, const struct timespec *, const sigset_t *))        \
+	X(select, int, (int, fd_set *, fd_set *, fd_set *, struct timeval *))                      \
+	X(pselect, int, (int, fd_set *, fd_set *, fd_set *, const struct timespec *,              \
+			 const sigset_t *))                                                        \
 	X(__read_chk, ssize_t, (int, void *, size_t, size_t))                                      \
 	X(__recv_chk, ssize_t, (int, void *, size_t, size_t, int))                                 \
 	X(__recvfrom_chk, ssize_t,                                                                 \

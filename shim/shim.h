@@ -76,11 +76,6 @@ int ss_leave_pair(struct ss_sock *s);
 /* Makes the application's fd show ready (SS_RDY_*) as TCP would. Locks fd_lock. */
 void ss_mirror_show(struct ss_sock *s, unsigned ready);
 
-/* The connection's readiness hook: the mirror follows it while the socket is upgraded. */
-void ss_mirror_conn_ready(void *arg, unsigned ready);
-
-/* Re-makes the application's epoll registrations of fd after its object changed. */
-void ss_epoll_readd(struct ss_sock *s, int fd);
 
 /* ---- negotiation, both sides (decide.c) ---- */
 
@@ -195,6 +190,15 @@ void ss_cache_record(const struct sockaddr *dst, enum ss_dest_state st);
 
 /* In a forked child: the cache's lock is made anew. */
 void ss_cache_after_fork(void);
+
+/* ---- signals (signal.c) ---- */
+
+/* Handlers run by this thread so far; of those, handlers without SA_RESTART. */
+unsigned ss_sig_any(void);
+unsigned ss_sig_no_restart(void);
+
+/* In a forked child: the lock is made anew. */
+void ss_signal_after_fork(void);
 
 /* ---- test hooks (SRQSHIM_TEST_DELAYS, testdelay.c) ---- */
 

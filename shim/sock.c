@@ -13,6 +13,7 @@
 #include <sys/mman.h>
 #include <sys/resource.h>
 
+#include "shim/epoll.h"
 #include "shim/real.h"
 #include "shim/shim.h"
 #include "shim/stats.h"
@@ -317,6 +318,9 @@ void ss_sock_after_fork(void)
 void ss_sock_forget(struct ss_sock *s)
 {
 	int fds[4], n;
+
+	/* Its registrations stay in the kernel; the records of them go. */
+	ss_epoll_sock_gone(s);
 
 	pthread_mutex_lock(&s->fd_lock);
 	n = s->n_fds;

@@ -50,10 +50,7 @@ struct ss_opt_rec {
 	uint8_t val[32];
 };
 
-struct ss_epoll_reg {
-	int epfd;
-	struct epoll_event ev;
-};
+struct ss_epreg;
 
 /*
  * Locks, always taken in this order: lock (state; held across negotiation
@@ -108,9 +105,11 @@ struct ss_sock {
 	struct ss_timer kick;  /* deadlines, and retries of a busy lock */
 	struct ss_defer grave; /* the free, after any callback already harvested */
 
-	/* epoll registrations of the application's fd, re-made after a swap */
-	struct ss_epoll_reg regs[8];
-	int n_regs;
+	/* the application's epoll registrations of its names (epoll.c; fd_lock) */
+	struct ss_epreg *epregs;
+	atomic_uint rdy;        /* what the connection shows (SS_RDY_*), for the application's waits */
+	atomic_int mirror_refs; /* waits the kernel answers: the mirror must show the truth */
+	atomic_bool mirror_events; /* counted in the worker's event users for them */
 
 	/* the readiness mirror (under fd_lock) */
 	bool mirror_on;    /* our socketpair end is on the application's names */

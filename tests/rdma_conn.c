@@ -53,13 +53,21 @@ static void on_ready(void *arg, unsigned ready)
 
 static const struct ss_conn_hooks hooks = {.ready = on_ready};
 
-/* Waits for a readiness report on fd; a lost one fails the test instead of hanging it. */
+static struct ss_worker *the_worker;
+
+/*
+ * Waits for a readiness report on fd, as the shim's blocking calls do: the
+ * progress thread takes CQ events meanwhile. A lost report fails the test
+ * instead of hanging it.
+ */
 static void wait_change(int fd)
 {
 	struct pollfd p = {.fd = fd, .events = POLLIN};
 	uint64_t v;
 
+	ss_worker_event_users(the_worker, 1);
 	assert_true(poll(&p, 1, 60000) == 1);
+	ss_worker_event_users(the_worker, -1);
 	assert_true(read(fd, &v, sizeof(v)) == sizeof(v));
 }
 
@@ -162,6 +170,7 @@ static void make_pair(struct ss_transport_cfg cfg, const uint8_t modes[2], struc
 	enum ss_reason reason;
 
 	assert_int_equal(ss_worker_get(&w), 0);
+	the_worker = w;
 	for (int i = 0; i < 2; i++) {
 		ends[i].evfd = eventfd(0, EFD_CLOEXEC);
 		ends[i].wevfd = eventfd(0, EFD_CLOEXEC);
@@ -307,8 +316,10 @@ static size_t read_within(struct end *e, uint8_t *buf, size_t n, int timeout_ms)
 			continue;
 		}
 		assert_int_equal(r, -EAGAIN);
+		ss_worker_event_users(the_worker, 1);
 		if (poll(&p, 1, 50) == 1)
 			assert_true(read(e->evfd, &v, sizeof(v)) == sizeof(v));
+		ss_worker_event_users(the_worker, -1);
 	}
 	return got;
 }

@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <sched.h>
 #include <time.h>
 
 #include "transport/log.h"
@@ -150,7 +151,8 @@ static unsigned conn_compute_ready(const struct ss_conn *c)
 		r |= SS_RDY_IN;
 	if (c->cr.eos_received)
 		r |= SS_RDY_RDHUP;
-	if (!c->eos_wanted && ss_conn_tx_room(c))
+	/* As TCP's: writable once our end is shut too (a write fails at once, EPIPE). */
+	if (c->eos_wanted || ss_conn_tx_room(c))
 		r |= SS_RDY_OUT;
 	if (c->cr.eos_received && c->eos_wanted)
 		r |= SS_RDY_HUP;
@@ -166,7 +168,6 @@ void ss_conn_report(struct ss_conn *c, bool edge)
 	c->last_ready = r;
 }
 
-static void conn_push(struct ss_conn *c);
 
 static void conn_rx_push(struct ss_conn *c, struct ss_blk *b, uint32_t len)
 {
@@ -201,7 +202,7 @@ void ss_conn_unpin(struct ss_conn *c)
 		c->pub->copied_out++;
 	}
 	if (c->st != ST_DEAD)
-		conn_push(c); /* the blocks go back on the SRQ */
+		ss_conn_push(c); /* the blocks go back on the SRQ */
 	pthread_mutex_unlock(&c->lock);
 }
 
@@ -301,15 +302,34 @@ static void conn_publish_credits(struct ss_conn *c)
 	p->sq_free = c->cr.sq_free;
 }
 
-static void conn_push(struct ss_conn *c)
+void ss_conn_push(struct ss_conn *c)
 {
-	c->be->push(c);
+	bool wait;
+
+	c->be->repost(c);
+	ss_conn_flush(c);
+	/* Send completions raise events only while someone waits for one. */
+	wait = c->st == ST_RUNNING && ss_conn_send_waiters(c);
+	if (wait != c->tx_wait) {
+		c->tx_wait = wait;
+		ss_cqs_want_tx(c->cqs, wait);
+	}
 	conn_publish_credits(c);
+}
+
+/* Takes the device's completions with our lock dropped (the poll lock comes first). */
+static void conn_progress(struct ss_conn *c)
+{
+	pthread_mutex_unlock(&c->lock);
+	ss_cqs_progress(c->cqs, false);
+	pthread_mutex_lock(&c->lock);
+	if (c->st != ST_DEAD)
+		ss_conn_after_events(c, false);
 }
 
 void ss_conn_after_events(struct ss_conn *c, bool edge)
 {
-	conn_push(c);
+	ss_conn_push(c);
 	if (c->tcp_gone && !c->cr.eos_received && c->st == ST_RUNNING && !c->gone_deadline) {
 		/* Once: the grace counts from the TCP end, not from the last progress. */
 		c->gone_deadline = ss_now_ms() + SS_GONE_GRACE_MS;
@@ -341,6 +361,8 @@ void ss_conn_on_wcs(struct ss_conn *c, const struct ibv_wc *wc, int n, bool recv
 	bool edge = false;
 
 	pthread_mutex_lock(&c->lock);
+	if (recv && c->srq)
+		ss_srq_taken(c->srq, (uint32_t)n);
 	for (int i = 0; i < n; i++)
 		edge |= ss_conn_on_completion(c, &wc[i], recv);
 	atomic_fetch_add_explicit(&c->seen, 1, memory_order_release);
@@ -351,7 +373,37 @@ void ss_conn_on_wcs(struct ss_conn *c, const struct ibv_wc *wc, int n, bool recv
 
 bool ss_conn_spin(struct ss_conn *c, unsigned usec)
 {
-	return c->be->spin(c, usec);
+	uint64_t end = ss_now_us() + usec;
+	uint32_t seen = atomic_load_explicit(&c->seen, memory_order_acquire);
+	bool got = false;
+
+	pthread_mutex_lock(&c->lock);
+	c->spinners++;
+	pthread_mutex_unlock(&c->lock);
+	ss_cqs_poll_begin(c->cqs);
+	for (unsigned round = 0;; round++) {
+		/* A spinner polls only when no other thread does: the holder hands us ours. */
+		ss_cqs_try_poll(c->cqs);
+		if (atomic_load_explicit(&c->seen, memory_order_acquire) != seen) {
+			got = true;
+			break;
+		}
+		/* The clock only every 4th round: it may be a system call (a guest's HPET). */
+		if (round % 4 == 0 && ss_now_us() >= end)
+			break;
+		sched_yield();
+	}
+	pthread_mutex_lock(&c->lock);
+	c->spinners--;
+	pthread_mutex_unlock(&c->lock);
+	ss_cqs_poll_end(c->cqs); /* re-arms and polls: may hand us more */
+	pthread_mutex_lock(&c->lock);
+	if (atomic_load_explicit(&c->seen, memory_order_acquire) != seen || c->st != ST_RUNNING)
+		got = true;
+	if (!got && !c->spinners)
+		ss_conn_report(c, false);
+	pthread_mutex_unlock(&c->lock);
+	return got;
 }
 
 static void conn_on_timer(struct ss_timer *t, uint64_t now_ms)
@@ -370,7 +422,7 @@ static void conn_on_timer(struct ss_timer *t, uint64_t now_ms)
 	if (c->hold_until && now_ms >= c->hold_until)
 		c->hold_until = 0;
 	if (c->st == ST_RUNNING) {
-		c->be->progress(c);
+		conn_progress(c);
 		if (c->st == ST_RUNNING && c->gone_deadline && !c->cr.eos_received &&
 		    now_ms >= c->gone_deadline) {
 			ss_log_info("QP %u: gone peer: credits %u, owed %u, held %u, peer asked %d",
@@ -397,7 +449,7 @@ void ss_conn_peer_gone(struct ss_conn *c)
 		c->tcp_gone = true;
 		if (c->st == ST_CREATED || c->st == ST_CONNECTED)
 			ss_conn_fail(c, "peer gone during the handshake");
-		c->be->progress(c);
+		conn_progress(c);
 	}
 	pthread_mutex_unlock(&c->lock);
 }
@@ -433,7 +485,6 @@ int ss_conn_create(struct ss_worker *w, const struct ss_transport_cfg *cfg,
 	c->pub = &c->stats;
 	c->hooks = *hooks;
 	c->hooks_arg = hooks_arg;
-	c->cq_tag = SS_TAG_CONN;
 	c->timer.fire = conn_on_timer;
 	ret = ss_worker_devctx(w, &cfg->dev, local, &c->dc, reason_p);
 	if (ret)
@@ -443,6 +494,7 @@ int ss_conn_create(struct ss_worker *w, const struct ss_transport_cfg *cfg,
 	if (ret)
 		goto err_free;
 	c->be = cfg->recv_mode == SS_RECV_SRQ ? &ss_srq_backend : &ss_rq_backend;
+	c->cqs = &c->dc->cqs;
 	c->txp = &c->dc->txp;
 	c->sq_depth = cfg->sq_depth;
 	c->rx_window = cfg->rx_window;
@@ -536,7 +588,7 @@ void ss_conn_start(struct ss_conn *c)
 	pthread_mutex_lock(&c->lock);
 	if (c->st == ST_CONNECTED)
 		c->st = ST_RUNNING;
-	c->be->progress(c); /* data may have arrived before we knew the peer was ready */
+	conn_progress(c); /* data may have arrived before we knew the peer was ready */
 	pthread_mutex_unlock(&c->lock);
 }
 
@@ -631,7 +683,7 @@ full:
 		c->hold_until = ss_now_ms() + SS_CORK_MS;
 		conn_arm_timer(c, c->hold_until);
 	}
-	conn_push(c);
+	ss_conn_push(c);
 	ret = taken ? (ssize_t)taken : -EAGAIN;
 	ss_conn_report(c, false);
 out:
@@ -682,7 +734,7 @@ ssize_t ss_conn_recv(struct ss_conn *c, const struct iovec *iov, int iovcnt, boo
 		c->rx_avail -= copied;
 		if (consumed && c->st == ST_RUNNING) {
 			ss_credit_on_consumed(&c->cr, consumed);
-			conn_push(c);
+			ss_conn_push(c);
 		}
 	}
 	if (copied)
@@ -727,7 +779,7 @@ int ss_conn_shutdown_wr(struct ss_conn *c)
 	if (c->st == ST_RUNNING || c->st == ST_CONNECTED) {
 		c->eos_wanted = true;
 		c->hold_until = 0;
-		conn_push(c);
+		ss_conn_push(c);
 		ss_conn_report(c, false);
 	} else if (c->st != ST_FAILED) {
 		ret = -ENOTCONN;
@@ -760,10 +812,12 @@ int ss_conn_drain(struct ss_conn *c, int timeout_ms)
 	uint64_t end = timeout_ms < 0 ? UINT64_MAX : ss_now_ms() + (uint64_t)timeout_ms;
 	int ret = 0;
 
+	/* The progress thread moves the connection on meanwhile (and wakes us). */
+	ss_worker_event_users(c->w, 1);
 	pthread_mutex_lock(&c->lock);
 	c->hold_until = 0;
 	c->draining = true;
-	conn_push(c);
+	ss_conn_push(c);
 	/* A peer whose TCP end is gone has closed its QP too: nobody is left to deliver to. */
 	while (c->st == ST_RUNNING && !c->tcp_gone &&
 	       (ss_conn_tx_pending(c) || c->tx_done != c->tx_posted || (c->eos_wanted && !c->eos_done))) {
@@ -781,12 +835,13 @@ int ss_conn_drain(struct ss_conn *c, int timeout_ms)
 		}
 		/* Waits in slices and polls at each: closing never depends on an event. */
 		if (pthread_cond_timedwait(&c->drained, &c->lock, &ts) == ETIMEDOUT)
-			c->be->progress(c);
+			conn_progress(c);
 	}
 	if (c->st == ST_FAILED)
 		ret = -ECONNRESET;
 	c->draining = false;
 	pthread_mutex_unlock(&c->lock);
+	ss_worker_event_users(c->w, -1);
 	return ret;
 }
 
@@ -824,7 +879,7 @@ void ss_conn_destroy(struct ss_conn *c)
 	c->free_at = c->srq && c->st != ST_CREATED ? ss_now_ms() + SS_LAST_WQE_MS : 0;
 	if (c->tx_wait) {
 		c->tx_wait = false;
-		ss_srq_want_tx(c->srq, false);
+		ss_cqs_want_tx(c->cqs, false);
 	}
 	c->st = ST_DEAD;
 	pthread_mutex_unlock(&c->lock);

@@ -95,6 +95,43 @@ void ss_worker_timer_arm(struct ss_worker *w, struct ss_timer *t, uint64_t at);
 /* Disarms t. A callback already running is not waited for. */
 void ss_worker_timer_cancel(struct ss_worker *w, struct ss_timer *t);
 
+/*
+ * Waiting in the application's own threads (the shim's epoll, poll and
+ * select): a thread polls the worker's CQs itself while it spins, then
+ * arms them and sleeps in the kernel on a set that holds the devices'
+ * completion channels (the fds below), taking their events when it wakes.
+ */
+
+/* Polls every device's CQs once (skipping one another thread polls). Returns the completions taken. */
+int ss_worker_poll(struct ss_worker *w);
+
+/*
+ * The caller is about to sleep: arms every device's CQs, then polls once
+ * more. Returns the completions that poll took (> 0: do not sleep).
+ */
+int ss_worker_arm(struct ss_worker *w);
+
+/*
+ * The completion channel fds of the devices opened so far, at most max;
+ * returns their count. *gen_p: a number that changes when a device is
+ * added (to know when to ask again).
+ */
+int ss_worker_event_fds(struct ss_worker *w, int *fds, int max, unsigned *gen_p);
+
+/* A completion channel showed readable: takes its events (non-blocking) and what completed. */
+void ss_worker_take_events(struct ss_worker *w);
+
+/* delta = +1/-1: an application thread starts or stops polling (no CQ events are needed meanwhile). */
+void ss_worker_pollers(struct ss_worker *w, int delta);
+
+/*
+ * delta = +1/-1: something starts or stops needing the progress thread to
+ * move connections on by itself (a thread asleep on the readiness mirror,
+ * a registration the kernel answers, a drain): CQ events flow to it only
+ * meanwhile. Any thread.
+ */
+void ss_worker_event_users(struct ss_worker *w, int delta);
+
 /* Connection statistics, for the status tool. */
 struct ss_conn_stats {
 	uint64_t tx_bytes, rx_bytes, tx_msgs, rx_msgs;
@@ -256,6 +293,12 @@ struct ss_transport_ops {
 	void (*worker_defer)(struct ss_worker *w, struct ss_defer *d);
 	void (*worker_timer_arm)(struct ss_worker *w, struct ss_timer *t, uint64_t at);
 	void (*worker_timer_cancel)(struct ss_worker *w, struct ss_timer *t);
+	int (*worker_poll)(struct ss_worker *w);
+	int (*worker_arm)(struct ss_worker *w);
+	int (*worker_event_fds)(struct ss_worker *w, int *fds, int max, unsigned *gen_p);
+	void (*worker_take_events)(struct ss_worker *w);
+	void (*worker_pollers)(struct ss_worker *w, int delta);
+	void (*worker_event_users)(struct ss_worker *w, int delta);
 	size_t (*conn_local_gids)(const struct ss_conn *c, uint8_t (*gids)[16], size_t max);
 	int (*conn_connect)(struct ss_conn *c, const struct ss_params *peer,
 			    const struct ss_agreement *agr);
@@ -278,7 +321,7 @@ struct ss_transport_ops {
 
 extern const struct ss_transport_ops ss_transport_ops;
 
-#define SS_TRANSPORT_OPS_VERSION 4
+#define SS_TRANSPORT_OPS_VERSION 5
 #define SS_TRANSPORT_OPS_SYMBOL  "ss_transport_ops"
 
 #endif

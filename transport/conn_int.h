@@ -16,6 +16,7 @@
 
 #include "handshake/clock.h"
 #include "transport/conn.h"
+#include "transport/cq.h"
 #include "transport/credit.h"
 #include "transport/pool.h"
 #include "transport/timer.h"
@@ -47,23 +48,24 @@ struct rx_ent {
 	uint32_t off; /* bytes already read */
 };
 
-/* Where receives come from; see ss_rq_backend and ss_srq_backend. */
+/*
+ * Where receives come from; see ss_rq_backend and ss_srq_backend. Both
+ * take their completions from the device's shared CQs (cq.h): the
+ * backends differ only in where receives are posted and what backs a
+ * credit.
+ */
 struct backend {
-	/* Makes the CQs and the QP, and fills the receive side of *mine. */
+	/* Reserves CQ room, makes the QP and enters it into the map; fills the receive side of *mine. */
 	int (*setup)(struct ss_conn *c, const struct ss_transport_cfg *cfg, struct ss_params *mine);
 	/* Posts the first receives; the QP is in RTR. */
 	int (*post_initial)(struct ss_conn *c);
-	/* A received block is free again. */
+	/* A received block is free again; lock held. */
 	void (*release)(struct ss_conn *c, struct ss_blk *b);
-	/* Takes completions and re-arms events; lock held, may be dropped meanwhile. */
-	void (*progress)(struct ss_conn *c);
-	/* ss_conn_spin(), lock not held. */
-	bool (*spin)(struct ss_conn *c, unsigned usec);
+	/* Blocks released since the last push go back where receives are posted; lock held. */
+	void (*repost)(struct ss_conn *c);
 	/* Credits a grant may return now. */
 	uint32_t (*grant_limit)(struct ss_conn *c);
-	/* Posts what may go after an application call; lock held. */
-	void (*push)(struct ss_conn *c);
-	/* Destroys the QP and receive side; progress thread, at free. */
+	/* Destroys the QP (its last completions polled) and the receive side; progress thread, at free. */
 	void (*teardown)(struct ss_conn *c);
 };
 
@@ -77,23 +79,22 @@ struct ss_conn {
 	struct ss_conn_hooks hooks;
 	uint32_t sq_depth, rx_window, ctrl_reserve;
 	void *hooks_arg;
-	int cq_tag; /* SS_TAG_CONN: context of our own CQs (private RQ) */
 
-	struct ibv_cq *cq;  /* receive completions */
-	struct ibv_cq *scq; /* send completions */
+	struct ss_cqs *cqs; /* the device's shared CQs */
+	struct ss_cq *rcq;  /* our receive completions' CQ (the SRQ's, or our reservation) */
+	struct ss_cq *scq;  /* our reservation for send completions */
 	struct ibv_qp *qp;
 	uint32_t psn;
-	/* private RQ: our buffers and CQ events; the receive CQ is always armed, the send CQ only while someone waits */
+	/* private RQ: our buffers */
 	struct ss_pool rxp;
-	unsigned unacked_events, unacked_sevents;
-	/* SRQ: the shared side and our room in its send CQ */
+	uint32_t n_rx; /* receives reserved in rcq (private RQ) */
+	/* SRQ: the shared side */
 	struct ss_srq *srq;
-	struct ss_txcq *txcq;
 	uint32_t hold_max; /* blocks held unread before copies go to the heap */
 	uint32_t held;
 	atomic_uint seen; /* completions handed to us; spinners watch it */
 	bool last_wqe;
-	bool tx_wait; /* counted in the SRQ's send waiters */
+	bool tx_wait; /* counted in the CQ set's send waiters */
 	struct ss_blk *rel; /* received blocks to repost at the next push */
 	uint64_t free_at;
 
@@ -174,5 +175,8 @@ void ss_conn_after_events(struct ss_conn *c, bool edge);
 
 /* True when someone waits for a send completion (so its CQ must raise events). */
 bool ss_conn_send_waiters(const struct ss_conn *c);
+
+/* Posts what may go after an application call or completions; lock held. */
+void ss_conn_push(struct ss_conn *c);
 
 #endif

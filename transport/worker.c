@@ -21,6 +21,7 @@
 #include "handshake/gid.h"
 #include "transport/log.h"
 #include "transport/srq.h"
+#include "transport/sys.h"
 
 static pthread_mutex_t worker_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct ss_worker *the_worker;
@@ -134,10 +135,12 @@ int ss_worker_devctx(struct ss_worker *w, const struct ss_dev_override *ovr,
 		goto out;
 	}
 	ret = read_port_gids(dc);
+	if (ret == 0)
+		ret = ss_cqs_init(&dc->cqs, w, dc);
 	if (ret == 0) {
 		fcntl(dc->ch->fd, F_SETFL, fcntl(dc->ch->fd, F_GETFL) | O_NONBLOCK);
 		ev.data.ptr = &dc->ep_tag;
-		if (epoll_ctl(w->epfd, EPOLL_CTL_ADD, dc->ch->fd, &ev) < 0)
+		if (ss_sys_epoll_ctl(w->epfd, EPOLL_CTL_ADD, dc->ch->fd, &ev) < 0)
 			ret = -errno;
 	}
 	if (ret == 0) {
@@ -146,7 +149,7 @@ int ss_worker_devctx(struct ss_worker *w, const struct ss_dev_override *ovr,
 
 		fcntl(afd, F_SETFL, fcntl(afd, F_GETFL) | O_NONBLOCK);
 		ev.data.ptr = &dc->async_tag;
-		if (epoll_ctl(w->epfd, EPOLL_CTL_ADD, afd, &ev) < 0)
+		if (ss_sys_epoll_ctl(w->epfd, EPOLL_CTL_ADD, afd, &ev) < 0)
 			ret = -errno;
 	}
 	if (ret) {
@@ -158,6 +161,7 @@ int ss_worker_devctx(struct ss_worker *w, const struct ss_dev_override *ovr,
 	dc->next = atomic_load_explicit(&w->devs, memory_order_relaxed);
 	/* Published whole: the progress thread walks the list without the lock. */
 	atomic_store_explicit(&w->devs, dc, memory_order_release);
+	atomic_fetch_add_explicit(&w->n_devs, 1, memory_order_release);
 found:
 	*dc_p = dc;
 	*reason_p = SS_REASON_NONE;
@@ -189,7 +193,7 @@ int ss_worker_devctx_pools(struct ss_worker *w, struct ss_devctx *dc,
 			.initial = cfg->srq_initial,
 			.max_blks = cfg->srq_max,
 		};
-		ret = ss_srq_create(w, dc, &sc, &srq);
+		ret = ss_srq_create(dc, &sc, &srq);
 		if (ret == 0) /* published whole: the progress thread reads it without the lock */
 			atomic_store_explicit(&dc->srq, srq, memory_order_release);
 	}
@@ -285,13 +289,13 @@ int ss_worker_watch(struct ss_worker *w, struct ss_watch *wt, int fd, unsigned e
 	struct epoll_event ev = {.events = events | EPOLLONESHOT, .data.ptr = &wt->tag};
 
 	wt->tag = SS_TAG_WATCH;
-	if (wt->added && wt->fd == fd && epoll_ctl(w->epfd, EPOLL_CTL_MOD, fd, &ev) == 0)
+	if (wt->added && wt->fd == fd && ss_sys_epoll_ctl(w->epfd, EPOLL_CTL_MOD, fd, &ev) == 0)
 		return 0;
 	if (wt->added && wt->fd != fd)
-		epoll_ctl(w->epfd, EPOLL_CTL_DEL, wt->fd, NULL);
+		ss_sys_epoll_ctl(w->epfd, EPOLL_CTL_DEL, wt->fd, NULL);
 	wt->fd = fd;
-	if (epoll_ctl(w->epfd, EPOLL_CTL_ADD, fd, &ev) != 0 &&
-	    (errno != EEXIST || epoll_ctl(w->epfd, EPOLL_CTL_MOD, fd, &ev) != 0)) {
+	if (ss_sys_epoll_ctl(w->epfd, EPOLL_CTL_ADD, fd, &ev) != 0 &&
+	    (errno != EEXIST || ss_sys_epoll_ctl(w->epfd, EPOLL_CTL_MOD, fd, &ev) != 0)) {
 		wt->added = false;
 		return -errno;
 	}
@@ -302,7 +306,7 @@ int ss_worker_watch(struct ss_worker *w, struct ss_watch *wt, int fd, unsigned e
 void ss_worker_unwatch(struct ss_worker *w, struct ss_watch *wt)
 {
 	if (wt->added)
-		epoll_ctl(w->epfd, EPOLL_CTL_DEL, wt->fd, NULL);
+		ss_sys_epoll_ctl(w->epfd, EPOLL_CTL_DEL, wt->fd, NULL);
 	wt->added = false;
 }
 
@@ -336,14 +340,70 @@ static void drain_channel(struct ss_devctx *dc)
 	void *ctx;
 
 	/* Non-blocking channel: returns -1 once no event is left. */
-	while (ibv_get_cq_event(dc->ch, &cq, &ctx) == 0) {
-		int *tag = ctx;
+	while (ibv_get_cq_event(dc->ch, &cq, &ctx) == 0)
+		ss_cqs_on_event(ss_cqs_from_tag(ctx), cq);
+}
 
-		if (*tag == SS_TAG_SRQ)
-			ss_srq_on_cq_event(ss_srq_from_tag(tag), cq);
-		else
-			ss_conn_on_cq_event(ss_conn_from_cq_tag(tag), cq);
+/* ---- waiting in application threads ---- */
+
+static struct ss_devctx *worker_first_dev(struct ss_worker *w)
+{
+	return atomic_load_explicit(&w->devs, memory_order_acquire);
+}
+
+int ss_worker_poll(struct ss_worker *w)
+{
+	int n = 0;
+
+	for (struct ss_devctx *dc = worker_first_dev(w); dc; dc = dc->next) {
+		int k = ss_cqs_try_poll(&dc->cqs);
+
+		n += k > 0 ? k : 0;
 	}
+	return n;
+}
+
+int ss_worker_arm(struct ss_worker *w)
+{
+	int n = 0;
+
+	for (struct ss_devctx *dc = worker_first_dev(w); dc; dc = dc->next)
+		n += ss_cqs_arm(&dc->cqs);
+	return n;
+}
+
+int ss_worker_event_fds(struct ss_worker *w, int *fds, int max, unsigned *gen_p)
+{
+	int n = 0;
+
+	*gen_p = atomic_load_explicit(&w->n_devs, memory_order_acquire);
+	for (struct ss_devctx *dc = worker_first_dev(w); dc && n < max; dc = dc->next)
+		fds[n++] = dc->ch->fd;
+	return n;
+}
+
+void ss_worker_take_events(struct ss_worker *w)
+{
+	for (struct ss_devctx *dc = worker_first_dev(w); dc; dc = dc->next)
+		drain_channel(dc);
+}
+
+void ss_worker_pollers(struct ss_worker *w, int delta)
+{
+	for (struct ss_devctx *dc = worker_first_dev(w); dc; dc = dc->next) {
+		if (delta > 0)
+			ss_cqs_poll_begin(&dc->cqs);
+		else
+			ss_cqs_poll_end(&dc->cqs);
+	}
+}
+
+void ss_worker_event_users(struct ss_worker *w, int delta)
+{
+	/* The first one arms what is not: events flow to the progress thread from now on. */
+	if (atomic_fetch_add(&w->event_users, delta) == 0 && delta > 0)
+		for (struct ss_devctx *dc = worker_first_dev(w); dc; dc = dc->next)
+			ss_cqs_progress(&dc->cqs, true);
 }
 
 static void drain_async(struct ss_devctx *dc)
@@ -428,7 +488,7 @@ static void *progress_main(void *arg)
 	int timeout = -1;
 
 	for (;;) {
-		int n = epoll_wait(w->epfd, evs, 64, timeout);
+		int n = ss_sys_epoll_wait(w->epfd, evs, 64, timeout);
 
 		for (int i = 0; i < n; i++) {
 			int *tag = evs[i].data.ptr;
@@ -441,12 +501,8 @@ static void *progress_main(void *arg)
 				}
 				/* Devices are only ever added, at the head. */
 				for (struct ss_devctx *dc = atomic_load_explicit(&w->devs, memory_order_acquire);
-				     dc; dc = dc->next) {
-					struct ss_srq *srq = atomic_load_explicit(&dc->srq, memory_order_acquire);
-
-					if (srq)
-						ss_srq_on_wake(srq);
-				}
+				     dc; dc = dc->next)
+					ss_cqs_on_wake(&dc->cqs);
 				break;
 			}
 			case SS_TAG_CHANNEL:
@@ -494,10 +550,10 @@ int ss_worker_get(struct ss_worker **worker_p)
 	}
 	pthread_mutex_init(&w->lock, NULL);
 	w->ep_tag = SS_TAG_WAKE;
-	w->epfd = epoll_create1(EPOLL_CLOEXEC);
+	w->epfd = ss_sys_epoll_create();
 	w->evfd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 	ev.data.ptr = &w->ep_tag;
-	if (w->epfd < 0 || w->evfd < 0 || epoll_ctl(w->epfd, EPOLL_CTL_ADD, w->evfd, &ev) < 0) {
+	if (w->epfd < 0 || w->evfd < 0 || ss_sys_epoll_ctl(w->epfd, EPOLL_CTL_ADD, w->evfd, &ev) < 0) {
 		ret = -errno;
 		goto err_close;
 	}
@@ -508,6 +564,8 @@ int ss_worker_get(struct ss_worker **worker_p)
 	pthread_sigmask(SIG_SETMASK, &old, NULL);
 	if (ret)
 		goto err_close;
+	/* Named, so that tools and people can find it in /proc/PID/task. */
+	pthread_setname_np(w->thread, "srqshim-prog");
 	pthread_detach(w->thread);
 	the_worker = w;
 out:

@@ -9,6 +9,7 @@
 
 #include "handshake/clock.h"
 #include "transport/conn.h"
+#include "transport/cq.h"
 #include "transport/pool.h"
 #include "transport/timer.h"
 
@@ -19,8 +20,8 @@ struct ibv_wc;
 
 /* What an epoll event's data.ptr points at: the tag field of one of these. */
 enum { SS_TAG_WAKE = 1, SS_TAG_CHANNEL, SS_TAG_ASYNC, SS_TAG_WATCH };
-/* What a CQ's context points at: the cq_tag of a connection (own CQs) or of an SRQ. */
-enum { SS_TAG_CONN = 1, SS_TAG_SRQ };
+/* What a CQ's context points at: the tag of a device's CQ set (cq.h). */
+enum { SS_TAG_CQS = 1 };
 
 struct ss_srq;
 
@@ -37,6 +38,7 @@ struct ss_devctx {
 	int async_tag; /* SS_TAG_ASYNC: the device's async events */
 	int pools_ready;
 	struct ss_pool txp;  /* send blocks of every connection on the device */
+	struct ss_cqs cqs;   /* the shared CQs of every connection on the device */
 	/* SRQ mode's shared receive side, made on first need (under the worker lock), read anywhere */
 	_Atomic(struct ss_srq *) srq;
 };
@@ -53,6 +55,8 @@ struct ss_no_dev {
 struct ss_worker {
 	pthread_mutex_t lock; /* devices, graveyard, timers */
 	_Atomic(struct ss_devctx *) devs; /* added at the head under lock; walked without it */
+	atomic_uint n_devs;               /* devices opened so far */
+	atomic_int event_users;           /* who needs the progress thread to take CQ events */
 	int epfd, evfd;
 	int ep_tag; /* SS_TAG_WAKE, for evfd */
 	pthread_t thread;
@@ -76,6 +80,12 @@ int ss_worker_devctx(struct ss_worker *w, const struct ss_dev_override *ovr,
 int ss_worker_devctx_pools(struct ss_worker *w, struct ss_devctx *dc,
 			   const struct ss_transport_cfg *cfg);
 
+/* True while the progress thread must take CQ events (ss_worker_event_users). */
+static inline bool ss_worker_has_event_users(struct ss_worker *w)
+{
+	return atomic_load_explicit(&w->event_users, memory_order_acquire) > 0;
+}
+
 /* Wakes the progress thread (to look at its timers again). */
 void ss_worker_wake(struct ss_worker *w);
 
@@ -83,9 +93,7 @@ void ss_worker_wake(struct ss_worker *w);
 void ss_worker_bury(struct ss_worker *w, struct ss_conn *c);
 
 
-/* Progress entry points for the worker thread (conn.c). */
-void ss_conn_on_cq_event(struct ss_conn *c, struct ibv_cq *cq);
-struct ss_conn *ss_conn_from_cq_tag(int *tag);
+/* Entry points for the progress engine (conn.c). */
 /* Completions of c's QP taken from a shared receive (recv) or send CQ, in CQ order; no lock of c held. */
 void ss_conn_on_wcs(struct ss_conn *c, const struct ibv_wc *wc, int n, bool recv);
 void ss_conn_on_last_wqe(struct ss_conn *c);

@@ -9,8 +9,11 @@ need_rdma
 
 HS=$BUILD/tests/hs_check
 CTL=$BUILD/tools/srqshim-ctl
-# Short waits, so that the races happen within a test's time.
-export SRQSHIM_HELLO_TIMEOUT_MS=300 SRQSHIM_ACKED_TIMEOUT_MS=800 SRQSHIM_SERVER_WAIT_MS=200
+# Short waits, so that the races happen within a test's time; each forced
+# delay is at least 200 ms (HELLO) or 500 ms (acknowledged wait) away from
+# the timeout it races, since a loaded two-vCPU guest takes a few hundred
+# milliseconds to make a queue pair at times.
+export SRQSHIM_HELLO_TIMEOUT_MS=300 SRQSHIM_ACKED_TIMEOUT_MS=1500 SRQSHIM_SERVER_WAIT_MS=200
 BYTES=200000
 port=9500
 
@@ -73,13 +76,13 @@ scenario "prompt server, non-blocking client" upgraded upgraded server - "0" - "
 scenario "first I/O after the HELLO timeout" upgraded upgraded server - "500" - ""
 # After the acknowledged wait too: the client says DECLINE and goes on over
 # TCP on the same connection; the server finds HELLO and DECLINE together.
-scenario "first I/O after the acknowledged wait" tcp:timeout tcp:timeout server - "1200" - ""
-scenario "first I/O after the acknowledged wait, non-blocking" tcp:timeout tcp:timeout server - "1200" - "nb"
+scenario "first I/O after the acknowledged wait" tcp:timeout tcp:timeout server - "2000" - ""
+scenario "first I/O after the acknowledged wait, non-blocking" tcp:timeout tcp:timeout server - "2000" - "nb"
 # The client gives up while the server, which saw no DECLINE yet, sends
 # ACCEPT: both sides end on TCP, the server after the fact, and the client
 # takes the late ACCEPT off the stream.
 scenario "ACCEPT crosses the client's DECLINE" tcp:timeout tcp:timeout server \
-	"SRQSHIM_TEST_DELAYS=server-accept=1200" "0" - ""
+	"SRQSHIM_TEST_DELAYS=server-accept=2000" "0" - ""
 # The server writes a greeting at once; the client is slow to say READY: the
 # greeting waits in the connection and goes over RDMA after the commit.
 scenario "greeting before the commit point" upgraded upgraded server \

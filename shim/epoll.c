@@ -1,0 +1,837 @@
+/*
+ * Shadows of the application's epoll instances (epoll.h). Locks: a
+ * socket's fd_lock comes before an instance's lock (the connection's
+ * readiness hook holds the connection's lock, takes fd_lock to walk the
+ * socket's registrations and each instance's lock to queue them); neither
+ * is held across a transport call or a blocking system call.
+ *
+ * A registration (struct ss_epreg) is in its socket's list and, while the
+ * shadow answers it ("fast"), in its instance's list; each list holds a
+ * reference, and the registration holds one on its socket.
+ */
+#include "shim/epoll.h"
+
+#include <errno.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/mman.h>
+
+#include "shim/ready.h"
+#include "shim/real.h"
+#include "shim/shim.h"
+#include "transport/log.h"
+
+/* The shim's own entries in an instance's kernel set carry this in their data. */
+#define EP_MAGIC     0x5352514d00000000ull /* "SRQM" */
+#define EP_MAGIC_MSK 0xffffffff00000000ull
+enum { EP_WAKE = 1, EP_CHANNEL = 2 };
+/* Most channels an instance watches (one per device). */
+#define EP_MAX_CHANNELS 8
+/* A kernel check for the other fds at least every this many calls that found events, */
+#define EP_OS_EVERY 8
+/* and every this many rounds of a spin. */
+#define EP_OS_SPIN_EVERY 16
+
+struct ss_epreg {
+	struct ss_epreg *s_next;          /* the socket's list (fd_lock) */
+	struct ss_epreg *e_next, *e_prev; /* the instance's list (its lock), fast only */
+	struct ss_epreg *r_next;          /* the instance's ready list (its lock) */
+	struct ss_ep *ep;                 /* NULL: an instance we did not make */
+	struct ss_sock *s;                /* a reference */
+	atomic_int refs;
+	int epfd, fd;
+	struct epoll_event ev;
+	uint32_t edge;   /* ET: events that rose since the last report */
+	bool fast;       /* the shadow answers it (not in the kernel set) */
+	bool queued;     /* on the ready list */
+	bool disabled;   /* EPOLLONESHOT fired; until EPOLL_CTL_MOD */
+	bool mirror;     /* holds a mirror reference: the kernel answers it while upgraded */
+};
+
+struct ss_ep {
+	pthread_mutex_t lock;
+	atomic_int refs; /* names of the instance, and waits in progress */
+	int epfd;
+	struct ss_epreg *regs;         /* fast registrations */
+	struct ss_epreg *rhead, *rtail; /* ready list */
+	int sleepers;
+	bool wake_pending;
+	bool dead;        /* its last name was closed */
+	bool kernel_only; /* nested or polled: nothing answered in user space */
+	int wake_fd;
+	unsigned chan_gen; /* the worker's device count when its channels were added (0: none) */
+	bool wake_added;
+	unsigned found_calls;
+	atomic_int n_kernel; /* the application's own fds in the kernel set (an estimate: closes go unseen) */
+	atomic_int blind_sleepers; /* threads in a kernel wait that no wake-up fd reaches */
+};
+
+/* ---- the table of instances, by fd number ---- */
+
+static _Atomic(struct ss_ep *) *ep_table;
+static int ep_table_len;
+static pthread_mutex_t ep_table_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_once_t ep_table_once = PTHREAD_ONCE_INIT;
+
+static void ep_table_init(void)
+{
+	int len = ss_sock_table_size();
+	void *m;
+
+	if (len <= 0)
+		return;
+	m = mmap(NULL, (size_t)len * sizeof(*ep_table), PROT_READ | PROT_WRITE,
+		 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+	if (m == MAP_FAILED)
+		return;
+	ep_table = m;
+	ep_table_len = len;
+}
+
+static bool ep_table_ready(void)
+{
+	pthread_once(&ep_table_once, ep_table_init);
+	return ep_table != NULL;
+}
+
+/* The instance fd names, with a reference; NULL if none. */
+static struct ss_ep *ep_get(int fd)
+{
+	struct ss_ep *e;
+
+	if (fd < 0 || !ep_table_ready() || fd >= ep_table_len ||
+	    !atomic_load_explicit(&ep_table[fd], memory_order_acquire))
+		return NULL;
+	pthread_mutex_lock(&ep_table_lock);
+	e = atomic_load_explicit(&ep_table[fd], memory_order_relaxed);
+	if (e)
+		atomic_fetch_add(&e->refs, 1);
+	pthread_mutex_unlock(&ep_table_lock);
+	return e;
+}
+
+static void epreg_put(struct ss_epreg *r)
+{
+	if (atomic_fetch_sub(&r->refs, 1) != 1)
+		return;
+	ss_sock_put(r->s);
+	free(r);
+}
+
+/* Removes r from its instance's lists; the instance's lock held. */
+static void ep_unlink_locked(struct ss_ep *e, struct ss_epreg *r)
+{
+	if (r->queued) {
+		struct ss_epreg **pp = &e->rhead, *prev = NULL;
+
+		for (; *pp && *pp != r; prev = *pp, pp = &(*pp)->r_next)
+			;
+		if (*pp) {
+			*pp = r->r_next;
+			if (e->rtail == r)
+				e->rtail = prev;
+		}
+		r->queued = false;
+	}
+	if (r->e_prev)
+		r->e_prev->e_next = r->e_next;
+	else
+		e->regs = r->e_next;
+	if (r->e_next)
+		r->e_next->e_prev = r->e_prev;
+	r->e_next = r->e_prev = NULL;
+}
+
+static void ep_free(struct ss_ep *e)
+{
+	struct ss_epreg *r, *list = NULL;
+
+	/* Its registrations leave their sockets: collected first (never fd_lock under ours). */
+	pthread_mutex_lock(&e->lock);
+	e->dead = true;
+	while ((r = e->regs)) {
+		ep_unlink_locked(e, r);
+		r->fast = false;
+		r->e_next = list;
+		list = r;
+	}
+	pthread_mutex_unlock(&e->lock);
+	while ((r = list)) {
+		struct ss_sock *s = r->s;
+
+		list = r->e_next;
+		pthread_mutex_lock(&s->fd_lock);
+		for (struct ss_epreg **pp = &s->epregs; *pp; pp = &(*pp)->s_next)
+			if (*pp == r) {
+				*pp = r->s_next;
+				epreg_put(r); /* the socket list's */
+				break;
+			}
+		pthread_mutex_unlock(&s->fd_lock);
+		epreg_put(r); /* the instance list's */
+	}
+	if (e->wake_fd >= 0)
+		ss_real.close(e->wake_fd);
+	pthread_mutex_destroy(&e->lock);
+	free(e);
+}
+
+static void ep_put(struct ss_ep *e)
+{
+	if (e && atomic_fetch_sub(&e->refs, 1) == 1)
+		ep_free(e);
+}
+
+void ss_epoll_created(int epfd)
+{
+	struct ss_ep *e, *old;
+
+	if (epfd < 0 || !ep_table_ready() || epfd >= ep_table_len || !(e = calloc(1, sizeof(*e))))
+		return;
+	pthread_mutex_init(&e->lock, NULL);
+	atomic_init(&e->refs, 1);
+	e->epfd = epfd;
+	e->wake_fd = -1;
+	pthread_mutex_lock(&ep_table_lock);
+	old = atomic_exchange(&ep_table[epfd], e);
+	pthread_mutex_unlock(&ep_table_lock);
+	ep_put(old); /* a stale entry whose fd was closed behind our back */
+}
+
+void ss_epoll_closed(int fd)
+{
+	struct ss_ep *e;
+
+	if (fd < 0 || !ep_table_ready() || fd >= ep_table_len ||
+	    !atomic_load_explicit(&ep_table[fd], memory_order_acquire))
+		return;
+	pthread_mutex_lock(&ep_table_lock);
+	e = atomic_exchange(&ep_table[fd], NULL);
+	pthread_mutex_unlock(&ep_table_lock);
+	ep_put(e);
+}
+
+void ss_epoll_dup(int oldfd, int newfd)
+{
+	struct ss_ep *e = ep_get(oldfd), *old;
+
+	if (!e)
+		return;
+	if (newfd < 0 || newfd >= ep_table_len) {
+		ep_put(e);
+		return;
+	}
+	pthread_mutex_lock(&ep_table_lock);
+	old = atomic_exchange(&ep_table[newfd], e); /* our reference goes to the new name */
+	pthread_mutex_unlock(&ep_table_lock);
+	ep_put(old);
+}
+
+bool ss_epoll_is_ours(int fd)
+{
+	return fd >= 0 && ep_table && fd < ep_table_len &&
+	       atomic_load_explicit(&ep_table[fd], memory_order_acquire) != NULL;
+}
+
+void ss_epoll_after_fork(void)
+{
+	pthread_mutex_init(&ep_table_lock, NULL);
+	for (int fd = 0; ep_table && fd < ep_table_len; fd++) {
+		struct ss_ep *e = atomic_load_explicit(&ep_table[fd], memory_order_relaxed);
+
+		if (e && e->epfd == fd)
+			pthread_mutex_init(&e->lock, NULL);
+	}
+}
+
+/* ---- readiness into the ready list ---- */
+
+/* Queues r at the tail; the instance's lock held. Returns true if it was not queued. */
+static bool ep_queue_locked(struct ss_ep *e, struct ss_epreg *r)
+{
+	if (r->queued)
+		return false;
+	r->queued = true;
+	r->r_next = NULL;
+	if (e->rtail)
+		e->rtail->r_next = r;
+	else
+		e->rhead = r;
+	e->rtail = r;
+	return true;
+}
+
+/* Wakes a thread asleep in the kernel on e; the instance's lock held. */
+static void ep_wake_locked(struct ss_ep *e)
+{
+	uint64_t one = 1;
+
+	if (e->sleepers && !e->wake_pending && e->wake_fd >= 0) {
+		e->wake_pending = true;
+		if (ss_real.write(e->wake_fd, &one, sizeof(one)) < 0) {
+			/* A full counter still wakes it. */
+		}
+	}
+}
+
+/* What r would report now; the instance's lock held. */
+static uint32_t ep_events_of(const struct ss_epreg *r)
+{
+	uint32_t want = r->ev.events | EPOLLERR | EPOLLHUP;
+
+	return r->disabled ? 0 : ss_ready_events(r->s) & want;
+}
+
+void ss_epoll_notify(struct ss_sock *s, unsigned ready)
+{
+	pthread_mutex_lock(&s->fd_lock);
+	for (struct ss_epreg *r = s->epregs; r; r = r->s_next) {
+		struct ss_ep *e = r->ep;
+		uint32_t now;
+
+		if (!r->fast || !e)
+			continue;
+		pthread_mutex_lock(&e->lock);
+		now = r->fast && !e->dead && !e->kernel_only ? ep_events_of(r) : 0;
+		if (now && (r->ev.events & EPOLLET)) {
+			/* An edge: new data, or an event that was not there before. */
+			uint32_t rose = (ready & SS_RDY_EDGE) ? now : now & ~r->edge;
+
+			if (rose && ep_queue_locked(e, r))
+				ep_wake_locked(e);
+			r->edge = now;
+		} else if (now && ep_queue_locked(e, r)) {
+			ep_wake_locked(e);
+		} else if (!now) {
+			r->edge = 0;
+		}
+		pthread_mutex_unlock(&e->lock);
+	}
+	pthread_mutex_unlock(&s->fd_lock);
+}
+
+/*
+ * Moves up to max events off e's ready list into evs; the instance's lock
+ * held. Level-triggered registrations that are still ready go to the tail
+ * (so a short array takes turns), edge-triggered ones leave until the next
+ * edge, one-shot ones are disabled until EPOLL_CTL_MOD.
+ */
+static int ep_harvest_locked(struct ss_ep *e, struct epoll_event *evs, int max)
+{
+	struct ss_epreg *stop = e->rtail;
+	int n = 0;
+
+	while (n < max && e->rhead) {
+		struct ss_epreg *r = e->rhead;
+		uint32_t now = ep_events_of(r);
+		bool last = r == stop;
+
+		e->rhead = r->r_next;
+		if (!e->rhead)
+			e->rtail = NULL;
+		r->queued = false;
+		if (now) {
+			evs[n].events = now;
+			evs[n].data = r->ev.data;
+			n++;
+			if (r->ev.events & EPOLLONESHOT)
+				r->disabled = true;
+			else if (!(r->ev.events & EPOLLET))
+				ep_queue_locked(e, r);
+		}
+		if (last)
+			break;
+	}
+	return n;
+}
+
+/* ---- registrations ---- */
+
+/* The registration of (epfd, fd) in s's list; fd_lock held. */
+static struct ss_epreg *ep_find(struct ss_sock *s, int epfd, int fd)
+{
+	for (struct ss_epreg *r = s->epregs; r; r = r->s_next)
+		if (r->epfd == epfd && r->fd == fd)
+			return r;
+	return NULL;
+}
+
+/*
+ * Whether the shadow of e can answer a registration with events ev for s
+ * now: not while a thread sleeps in a kernel wait on e that our wake-up fd
+ * does not reach (it began before the transport was loaded): that one
+ * would never learn of the registration.
+ */
+static bool ep_can_answer(struct ss_ep *e, struct ss_sock *s, uint32_t events)
+{
+	return e && !e->kernel_only && !e->dead && !(events & EPOLLEXCLUSIVE) &&
+	       ss_sock_state(s) == SS_SOCK_UPGRADED &&
+	       atomic_load_explicit(&e->blind_sleepers, memory_order_acquire) == 0;
+}
+
+/* Makes r fast in e: out of the kernel set, into the shadow (queued if ready). fd_lock held. */
+static void ep_make_fast(struct ss_ep *e, struct ss_epreg *r, bool in_kernel)
+{
+	if (in_kernel)
+		ss_real.epoll_ctl(r->epfd, EPOLL_CTL_DEL, r->fd, NULL);
+	pthread_mutex_lock(&e->lock);
+	r->fast = true;
+	atomic_fetch_add(&r->refs, 1); /* the instance list's */
+	r->e_prev = NULL;
+	r->e_next = e->regs;
+	if (e->regs)
+		e->regs->e_prev = r;
+	e->regs = r;
+	r->edge = 0;
+	if (ep_events_of(r) && ep_queue_locked(e, r))
+		ep_wake_locked(e);
+	pthread_mutex_unlock(&e->lock);
+}
+
+/* Takes r out of the shadow (the caller puts it in the kernel, or frees it). fd_lock held. */
+static void ep_make_slow(struct ss_epreg *r)
+{
+	struct ss_ep *e = r->ep;
+
+	pthread_mutex_lock(&e->lock);
+	if (r->fast) {
+		ep_unlink_locked(e, r);
+		r->fast = false;
+		pthread_mutex_unlock(&e->lock);
+		epreg_put(r); /* the instance list's */
+		return;
+	}
+	pthread_mutex_unlock(&e->lock);
+}
+
+/*
+ * The kernel answers r while s is upgraded: the mirror must show the truth.
+ * Returns the change of s's mirror references, which the caller applies
+ * once fd_lock is released (ep_mirror_apply: it takes the connection's lock).
+ */
+static int ep_mirror(struct ss_epreg *r, bool on)
+{
+	if (on == r->mirror)
+		return 0;
+	r->mirror = on;
+	return on ? 1 : -1;
+}
+
+static void ep_mirror_apply(struct ss_sock *s, int delta)
+{
+	for (; delta > 0; delta--)
+		ss_ready_mirror_get(s);
+	for (; delta < 0; delta++)
+		ss_ready_mirror_put(s);
+}
+
+int ss_epoll_ctl(int epfd, int op, int fd, struct ss_sock *s, struct epoll_event *ev)
+{
+	struct ss_ep *e = ep_get(epfd);
+	struct ss_epreg *r;
+	int ret = 0, mirror = 0;
+
+	if (epfd == fd) {
+		ep_put(e);
+		return -EINVAL;
+	}
+	if (op != EPOLL_CTL_DEL && !ev) {
+		ep_put(e);
+		return -EFAULT;
+	}
+	pthread_mutex_lock(&s->fd_lock);
+	r = ep_find(s, epfd, fd);
+	switch (op) {
+	case EPOLL_CTL_ADD:
+		if (r) {
+			ret = -EEXIST;
+			break;
+		}
+		if (!(r = calloc(1, sizeof(*r)))) {
+			ret = -ENOMEM;
+			break;
+		}
+		r->epfd = epfd;
+		r->fd = fd;
+		r->ev = *ev;
+		r->ep = e;
+		r->s = s;
+		atomic_fetch_add(&s->refs, 1);
+		atomic_init(&r->refs, 1); /* the socket list's */
+		if (ep_can_answer(e, s, ev->events)) {
+			ep_make_fast(e, r, false);
+		} else if (ss_real.epoll_ctl(epfd, op, fd, ev) != 0) {
+			ret = -errno;
+			epreg_put(r);
+			break;
+		} else if (ss_sock_state(s) == SS_SOCK_UPGRADED) {
+			mirror += ep_mirror(r, true);
+		}
+		r->s_next = s->epregs;
+		s->epregs = r;
+		break;
+	case EPOLL_CTL_MOD:
+		if (!r) {
+			ret = -ENOENT;
+			break;
+		}
+		if (r->fast) {
+			if (ev->events & EPOLLEXCLUSIVE) {
+				ret = -EINVAL;
+				break;
+			}
+			pthread_mutex_lock(&e->lock);
+			r->ev = *ev;
+			r->disabled = false;
+			r->edge = 0;
+			/* MOD looks again at what is ready now, as the kernel does. */
+			if (ep_events_of(r) && ep_queue_locked(e, r))
+				ep_wake_locked(e);
+			pthread_mutex_unlock(&e->lock);
+		} else if (ss_real.epoll_ctl(epfd, op, fd, ev) != 0) {
+			ret = -errno;
+		} else {
+			r->ev = *ev;
+		}
+		break;
+	case EPOLL_CTL_DEL:
+		if (!r) {
+			ret = -ENOENT;
+			break;
+		}
+		if (r->fast)
+			ep_make_slow(r);
+		else if (ss_real.epoll_ctl(epfd, op, fd, NULL) != 0)
+			ret = -errno;
+		mirror += ep_mirror(r, false);
+		for (struct ss_epreg **pp = &s->epregs; *pp; pp = &(*pp)->s_next)
+			if (*pp == r) {
+				*pp = r->s_next;
+				break;
+			}
+		epreg_put(r);
+		break;
+	default:
+		ret = -EINVAL;
+	}
+	pthread_mutex_unlock(&s->fd_lock);
+	ep_mirror_apply(s, mirror);
+	ep_put(e);
+	return ret;
+}
+
+void ss_epoll_upgraded(struct ss_sock *s)
+{
+	int mirror = 0;
+
+	pthread_mutex_lock(&s->fd_lock);
+	for (struct ss_epreg *r = s->epregs; r; r = r->s_next) {
+		if (r->fast)
+			continue;
+		if (ep_can_answer(r->ep, s, r->ev.events)) {
+			mirror += ep_mirror(r, false);
+			ep_make_fast(r->ep, r, true);
+		} else {
+			mirror += ep_mirror(r, true);
+		}
+	}
+	pthread_mutex_unlock(&s->fd_lock);
+	ep_mirror_apply(s, mirror);
+}
+
+void ss_epoll_leaving(struct ss_sock *s)
+{
+	int mirror = 0;
+
+	pthread_mutex_lock(&s->fd_lock);
+	for (struct ss_epreg *r = s->epregs; r; r = r->s_next) {
+		if (r->fast) {
+			struct epoll_event ev = r->ev;
+
+			/* Into the kernel set, on what the name is now; swaps carry it on. */
+			ep_make_slow(r);
+			ss_real.epoll_ctl(r->epfd, EPOLL_CTL_ADD, r->fd, &ev);
+		}
+		mirror += ep_mirror(r, false);
+	}
+	pthread_mutex_unlock(&s->fd_lock);
+	ep_mirror_apply(s, mirror);
+}
+
+void ss_epoll_sock_gone(struct ss_sock *s)
+{
+	struct ss_epreg *r, *gone = NULL;
+	int mirror = 0;
+
+	pthread_mutex_lock(&s->fd_lock);
+	while ((r = s->epregs)) {
+		s->epregs = r->s_next;
+		if (r->fast)
+			ep_make_slow(r);
+		mirror += ep_mirror(r, false);
+		r->s_next = gone;
+		gone = r;
+	}
+	pthread_mutex_unlock(&s->fd_lock);
+	ep_mirror_apply(s, mirror);
+	/* After: a registration holds a reference on s. */
+	while ((r = gone)) {
+		gone = r->s_next;
+		epreg_put(r);
+	}
+}
+
+void ss_epoll_drop_kernel(struct ss_sock *s, int fd)
+{
+	/* fd_lock held by the caller (ss_put_on_names). */
+	for (struct ss_epreg *r = s->epregs; r; r = r->s_next)
+		if (r->fd == fd && !r->fast)
+			ss_real.epoll_ctl(r->epfd, EPOLL_CTL_DEL, fd, NULL);
+}
+
+void ss_epoll_readd_kernel(struct ss_sock *s, int fd)
+{
+	/* fd_lock held by the caller (ss_put_on_names). */
+	for (struct ss_epreg *r = s->epregs; r; r = r->s_next) {
+		struct epoll_event ev = r->ev;
+
+		if (r->fd == fd && !r->fast && ss_real.epoll_ctl(r->epfd, EPOLL_CTL_ADD, fd, &ev) < 0 &&
+		    errno != EEXIST)
+			ss_log_debug("fd %d: cannot register it again in epoll %d", fd, r->epfd);
+	}
+}
+
+void ss_epoll_to_kernel(int epfd)
+{
+	struct ss_ep *e = ep_get(epfd);
+	struct ss_epreg *list = NULL, *r;
+
+	if (!e)
+		return;
+	pthread_mutex_lock(&e->lock);
+	if (e->kernel_only) {
+		pthread_mutex_unlock(&e->lock);
+		ep_put(e);
+		return;
+	}
+	e->kernel_only = true;
+	for (r = e->regs; r; r = r->e_next) {
+		atomic_fetch_add(&r->refs, 1);
+		r->r_next = list; /* borrowed: the ready list is emptied below */
+		list = r;
+	}
+	e->rhead = e->rtail = NULL;
+	for (r = e->regs; r; r = r->e_next)
+		r->queued = false;
+	pthread_mutex_unlock(&e->lock);
+	ss_log_info("epoll %d is nested or polled: its upgraded sockets are answered by the kernel",
+		    epfd);
+	/* Into the kernel, each under its socket's fd_lock (which comes first). */
+	while ((r = list)) {
+		struct ss_sock *s = r->s;
+		struct epoll_event ev = r->ev;
+
+		list = r->r_next;
+		int mirror = 0;
+
+		pthread_mutex_lock(&s->fd_lock);
+		if (r->fast) {
+			ep_make_slow(r);
+			if (ss_real.epoll_ctl(r->epfd, EPOLL_CTL_ADD, r->fd, &ev) == 0 &&
+			    ss_sock_state(s) == SS_SOCK_UPGRADED)
+				mirror += ep_mirror(r, true);
+		}
+		pthread_mutex_unlock(&s->fd_lock);
+		ep_mirror_apply(s, mirror);
+		epreg_put(r);
+	}
+	ep_put(e);
+}
+
+/* ---- waiting ---- */
+
+/* Puts the wake-up fd and the devices' channels into e's kernel set (once each). */
+static void ep_add_internal(struct ss_ep *e)
+{
+	struct ss_worker *w = atomic_load_explicit(&ss_w, memory_order_acquire);
+	struct epoll_event ev = {.events = EPOLLIN};
+	int fds[EP_MAX_CHANNELS], n;
+	unsigned gen;
+
+	if (!e->wake_added) {
+		int fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+		int high = fd >= 0 ? ss_private_fd(fd) : -1;
+
+		if (high >= 0) {
+			ss_real.close(fd);
+			fd = high;
+		}
+		ev.data.u64 = EP_MAGIC | EP_WAKE;
+		if (fd >= 0 && ss_real.epoll_ctl(e->epfd, EPOLL_CTL_ADD, fd, &ev) == 0) {
+			e->wake_fd = fd;
+			e->wake_added = true;
+		} else if (fd >= 0) {
+			ss_real.close(fd);
+		}
+	}
+	if (!w)
+		return;
+	n = ss_tp->worker_event_fds(w, fds, EP_MAX_CHANNELS, &gen);
+	if (gen == e->chan_gen)
+		return;
+	ev.data.u64 = EP_MAGIC | EP_CHANNEL;
+	for (int i = 0; i < n; i++)
+		if (ss_real.epoll_ctl(e->epfd, EPOLL_CTL_ADD, fds[i], &ev) != 0 && errno != EEXIST)
+			ss_log_warn("epoll %d: cannot watch a completion channel: %s", e->epfd,
+				    strerror(errno));
+	e->chan_gen = gen;
+}
+
+/*
+ * Asks the kernel (timeout_ms; 0: no wait) and keeps the application's
+ * events; the shim's own are taken care of. Returns the application's
+ * events, or -errno.
+ */
+static int ep_kernel_wait(struct ss_ep *e, struct epoll_event *evs, int max, int timeout_ms,
+			  const sigset_t *mask, bool *woken)
+{
+	int n = mask ? ss_real.epoll_pwait(e->epfd, evs, max, timeout_ms, mask)
+		     : ss_real.epoll_wait(e->epfd, evs, max, timeout_ms);
+	int k = 0;
+
+	if (n < 0)
+		return -errno;
+	for (int i = 0; i < n; i++) {
+		uint64_t d = evs[i].data.u64;
+
+		if ((d & EP_MAGIC_MSK) != EP_MAGIC) {
+			evs[k++] = evs[i];
+			continue;
+		}
+		*woken = true;
+		if ((d & ~EP_MAGIC_MSK) == EP_CHANNEL) {
+			struct ss_worker *w = atomic_load_explicit(&ss_w, memory_order_acquire);
+
+			if (w)
+				ss_tp->worker_take_events(w);
+		} else {
+			uint64_t v;
+
+			pthread_mutex_lock(&e->lock);
+			e->wake_pending = false;
+			if (ss_real.read(e->wake_fd, &v, sizeof(v)) < 0) {
+				/* Drained by another sleeper. */
+			}
+			pthread_mutex_unlock(&e->lock);
+		}
+	}
+	return k;
+}
+
+static int ep_harvest(struct ss_ep *e, struct epoll_event *evs, int max)
+{
+	int n;
+
+	pthread_mutex_lock(&e->lock);
+	n = ep_harvest_locked(e, evs, max);
+	pthread_mutex_unlock(&e->lock);
+	return n;
+}
+
+void ss_epoll_count_kernel(int epfd, int op)
+{
+	struct ss_ep *e = ep_get(epfd);
+
+	if (e && op == EPOLL_CTL_ADD)
+		atomic_fetch_add(&e->n_kernel, 1);
+	else if (e && op == EPOLL_CTL_DEL && atomic_load(&e->n_kernel) > 0)
+		atomic_fetch_sub(&e->n_kernel, 1);
+	ep_put(e);
+}
+
+int ss_epoll_wait(int epfd, struct epoll_event *evs, int max, int timeout_ms,
+		  const sigset_t *mask, bool *handled)
+{
+	struct ss_ep *e = ep_get(epfd);
+	struct ss_wait wt;
+	enum ss_wait_next next;
+	bool woken;
+	int n = 0, k;
+
+	*handled = false;
+	if (!e || max <= 0) {
+		ep_put(e);
+		return 0;
+	}
+	*handled = true;
+	if (e->kernel_only || !ss_wait_has_transport()) {
+		/* The kernel's alone; counted, so that no registration leaves its sight meanwhile. */
+		atomic_fetch_add(&e->blind_sleepers, 1);
+		ss_wait_begin(&wt, timeout_ms);
+		do {
+			/* Our own entries may still be in its set: they are taken care of. */
+			woken = false;
+			n = ep_kernel_wait(e, evs, max, ss_wait_left_ms(&wt), mask, &woken);
+		} while (n == 0 && woken && ss_wait_left_ms(&wt) != 0);
+		atomic_fetch_sub(&e->blind_sleepers, 1);
+		ep_put(e);
+		return n;
+	}
+	ep_add_internal(e);
+	ss_wait_begin(&wt, timeout_ms);
+	for (;;) {
+		bool os = atomic_load_explicit(&e->n_kernel, memory_order_relaxed) > 0;
+
+		n = ep_harvest(e, evs, max);
+		/* The kernel's fds are asked now and then even while ours keep it busy. */
+		if (os && n < max &&
+		    (n ? ++e->found_calls % EP_OS_EVERY == 0 : wt.rounds % EP_OS_SPIN_EVERY == 0)) {
+			k = ep_kernel_wait(e, evs + n, max - n, 0, NULL, &woken);
+			n += k > 0 ? k : 0;
+		}
+		if (n > 0) {
+			if (wt.rounds)
+				ss_wait_hit(&wt);
+			break;
+		}
+		next = ss_wait_next(&wt);
+		if (next == SS_WAIT_DONE || next == SS_WAIT_EINTR) {
+			n = next == SS_WAIT_EINTR ? -EINTR : 0;
+			break;
+		}
+		if (next == SS_WAIT_LOOK)
+			continue;
+		/* Asleep in the kernel: a new event of ours writes the wake-up fd. */
+		pthread_mutex_lock(&e->lock);
+		if (e->rhead) {
+			pthread_mutex_unlock(&e->lock);
+			continue;
+		}
+		e->sleepers++;
+		pthread_mutex_unlock(&e->lock);
+		if (ss_wait_arm(&wt)) {
+			woken = false;
+			k = ep_kernel_wait(e, evs, max, ss_wait_left_ms(&wt), mask, &woken);
+		} else {
+			k = 0; /* something came as we armed */
+		}
+		ss_wait_woke(&wt);
+		pthread_mutex_lock(&e->lock);
+		e->sleepers--;
+		pthread_mutex_unlock(&e->lock);
+		if (k < 0) {
+			n = k; /* EINTR, as the kernel says */
+			break;
+		}
+		if (k > 0) {
+			n = k + ep_harvest(e, evs + k, max - k);
+			break;
+		}
+		ss_wait_begin(&wt, ss_wait_left_ms(&wt));
+	}
+	ss_wait_end(&wt);
+	ep_put(e);
+	return n;
+}

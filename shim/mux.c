@@ -1,0 +1,311 @@
+/*
+ * poll, ppoll, select and pselect with upgraded sockets among their fds:
+ * those are answered in user space (ready.c), the others by the kernel,
+ * asked without waiting while the wait spins, and with the wait when it
+ * sleeps, together with the devices' completion channels and a wake-up fd
+ * that readiness changes made by other threads write. A call without an
+ * upgraded socket is the kernel's alone. select is poll underneath.
+ */
+#include "shim/mux.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "shim/epoll.h"
+#include "shim/ready.h"
+#include "shim/real.h"
+#include "shim/shim.h"
+
+/* Most completion channels a wait watches (one per device), and a stack array's size. */
+#define POLL_MAX_CHANNELS 8
+#define POLL_STACK        64
+/* The kernel's fds are asked every this many rounds of a spin. */
+#define POLL_OS_SPIN_EVERY 16
+
+struct poll_call {
+	struct pollfd *fds;   /* the application's array */
+	nfds_t n;
+	struct ss_sock **socks; /* per fd: an upgraded socket (a reference), or NULL */
+	struct pollfd *k;       /* what the kernel is asked: the others, then ours */
+	nfds_t nk, n_other;
+};
+
+/* What our sockets show, into fds[].revents; returns how many show something. */
+static int poll_ours(struct poll_call *pc)
+{
+	int ready = 0;
+
+	for (nfds_t i = 0; i < pc->n; i++) {
+		uint32_t ev;
+
+		if (!pc->socks[i])
+			continue;
+		/* POLL* and EPOLL* bits are the same values. */
+		ev = ss_ready_events(pc->socks[i]);
+		pc->fds[i].revents =
+			(short)(ev & ((uint32_t)pc->fds[i].events | POLLERR | POLLHUP));
+		ready += pc->fds[i].revents != 0;
+	}
+	return ready;
+}
+
+/* Copies what the kernel said of the other fds back; returns how many show something. */
+static int poll_others_back(struct poll_call *pc)
+{
+	int ready = 0;
+	nfds_t j = 0;
+
+	for (nfds_t i = 0; i < pc->n; i++) {
+		if (pc->socks[i])
+			continue;
+		pc->fds[i].revents = pc->k[j++].revents;
+		ready += pc->fds[i].revents != 0;
+	}
+	return ready;
+}
+
+/* Asks the kernel (the others; when sleeping, the channels and wake-up fd too). */
+static int poll_kernel(struct poll_call *pc, bool sleeping, int timeout_ms, const sigset_t *mask)
+{
+	struct timespec ts, *tsp = NULL;
+	nfds_t nk = sleeping ? pc->nk : pc->n_other;
+	int r;
+
+	if (timeout_ms >= 0) {
+		ts = (struct timespec){timeout_ms / 1000, (long)(timeout_ms % 1000) * 1000000};
+		tsp = &ts;
+	}
+	for (nfds_t i = 0; i < nk; i++)
+		pc->k[i].revents = 0;
+	r = mask || sleeping ? ss_real.ppoll(pc->k, nk, tsp, mask) : ss_real.poll(pc->k, nk, 0);
+	if (r < 0)
+		return -errno;
+	if (!sleeping)
+		return poll_others_back(pc); /* every revents, 0s too: the array may hold old ones */
+	/* The channels and the wake-up fd: taken care of; then the others. */
+	for (nfds_t i = pc->n_other; i < pc->nk; i++) {
+		if (!pc->k[i].revents)
+			continue;
+		if (i == pc->nk - 1) {
+			ss_ready_poll_drain();
+		} else {
+			struct ss_worker *w = atomic_load_explicit(&ss_w, memory_order_acquire);
+
+			if (w)
+				ss_tp->worker_take_events(w);
+		}
+	}
+	return poll_others_back(pc);
+}
+
+/* Builds the kernel's array: the others, then the channels and the wake-up fd. */
+static int poll_build(struct poll_call *pc)
+{
+	struct ss_worker *w = atomic_load_explicit(&ss_w, memory_order_acquire);
+	int chans[POLL_MAX_CHANNELS], nc = 0;
+	unsigned gen;
+	nfds_t j = 0;
+
+	if (w)
+		nc = ss_tp->worker_event_fds(w, chans, POLL_MAX_CHANNELS, &gen);
+	pc->k = malloc(sizeof(*pc->k) * (pc->n + (nfds_t)nc + 1));
+	if (!pc->k)
+		return -ENOMEM;
+	for (nfds_t i = 0; i < pc->n; i++)
+		if (!pc->socks[i])
+			pc->k[j++] = pc->fds[i];
+	pc->n_other = j;
+	for (int c = 0; c < nc; c++)
+		pc->k[j++] = (struct pollfd){.fd = chans[c], .events = POLLIN};
+	pc->k[j++] = (struct pollfd){.fd = ss_ready_poll_wake_fd(), .events = POLLIN};
+	pc->nk = j;
+	return 0;
+}
+
+static int poll_run(struct poll_call *pc, int timeout_ms, const sigset_t *mask)
+{
+	struct ss_wait wt;
+	enum ss_wait_next next;
+	int ready, k;
+
+	/* Every revents is ours to set, as the kernel's poll sets each. */
+	for (nfds_t i = 0; i < pc->n; i++)
+		pc->fds[i].revents = 0;
+	ss_wait_begin(&wt, timeout_ms);
+	for (;;) {
+		ready = poll_ours(pc);
+		if (pc->n_other && (ready || wt.rounds % POLL_OS_SPIN_EVERY == 0)) {
+			k = poll_kernel(pc, false, 0, NULL);
+			if (k < 0) {
+				ready = k;
+				break;
+			}
+			ready += k;
+		} else if (ready) {
+			for (nfds_t i = 0; i < pc->n; i++)
+				if (!pc->socks[i])
+					pc->fds[i].revents = 0;
+		}
+		if (ready) {
+			if (wt.rounds)
+				ss_wait_hit(&wt);
+			break;
+		}
+		next = ss_wait_next(&wt);
+		if (next == SS_WAIT_DONE || next == SS_WAIT_EINTR) {
+			ready = next == SS_WAIT_EINTR ? -EINTR : 0;
+			break;
+		}
+		if (next == SS_WAIT_LOOK)
+			continue;
+		/*
+		 * Counted as asleep first, then armed and looked at once more: a
+		 * change made after this look wakes us through the wake-up fd.
+		 */
+		ss_ready_poll_sleep(1);
+		k = ss_wait_arm(&wt) && !poll_ours(pc)
+			    ? poll_kernel(pc, true, ss_wait_left_ms(&wt), mask)
+			    : 0;
+		ss_wait_woke(&wt);
+		ss_ready_poll_sleep(-1);
+		if (k < 0) {
+			ready = k;
+			break;
+		}
+		ready = k + poll_ours(pc);
+		if (ready)
+			break;
+		ss_wait_begin(&wt, ss_wait_left_ms(&wt));
+	}
+	ss_wait_end(&wt);
+	return ready;
+}
+
+/* Whether s is negotiating or falling back: our socketpair end shows what the shim says. */
+static bool poll_on_mirror(struct ss_sock *s)
+{
+	int st = ss_sock_state(s);
+
+	return st >= SS_SOCK_CONNECTING && st != SS_SOCK_ACCEPTED && st != SS_SOCK_UPGRADED &&
+	       st != SS_SOCK_PLAIN;
+}
+
+int ss_poll(struct pollfd *fds, nfds_t n, int timeout_ms, const sigset_t *mask, bool *handled)
+{
+	struct ss_sock *stack[2 * POLL_STACK], **mir, *s;
+	struct poll_call pc = {.fds = fds, .n = n};
+	int ours = 0, mirrored = 0, ret = 0;
+
+	*handled = false;
+	if (!ss_wait_has_transport() || n == 0)
+		return 0;
+	pc.socks = n <= POLL_STACK ? stack : calloc(2 * n, sizeof(*pc.socks));
+	if (!pc.socks)
+		return 0;
+	mir = pc.socks + n; /* sockets on the mirror, each with a reference and a mirror reference */
+	for (nfds_t i = 0; i < n; i++) {
+		s = fds[i].fd >= 0 ? ss_sock_get(fds[i].fd) : NULL;
+		pc.socks[i] = NULL;
+		if (s && ss_sock_state(s) == SS_SOCK_UPGRADED) {
+			pc.socks[i] = s;
+			ours++;
+		} else if (s && poll_on_mirror(s)) {
+			/*
+			 * The kernel asks the mirror; should it upgrade meanwhile,
+			 * the mirror keeps showing the truth.
+			 */
+			ss_ready_mirror_get(s);
+			mir[mirrored++] = s;
+		} else {
+			/* An epoll instance polled here is answered by the kernel from now on. */
+			if (!s && fds[i].fd >= 0 && ss_epoll_is_ours(fds[i].fd))
+				ss_epoll_to_kernel(fds[i].fd);
+			ss_sock_put(s);
+		}
+	}
+	if (ours) {
+		*handled = true;
+		ret = poll_build(&pc);
+		if (ret == 0)
+			ret = poll_run(&pc, timeout_ms, mask);
+		free(pc.k);
+	} else if (mirrored) {
+		struct timespec ts = {timeout_ms / 1000, (long)(timeout_ms % 1000) * 1000000};
+
+		*handled = true;
+		ret = ss_real.ppoll(fds, n, timeout_ms < 0 ? NULL : &ts, mask);
+		ret = ret < 0 ? -errno : ret;
+	}
+	for (int i = 0; i < mirrored; i++) {
+		ss_ready_mirror_put(mir[i]);
+		ss_sock_put(mir[i]);
+	}
+	for (nfds_t i = 0; i < n; i++)
+		ss_sock_put(pc.socks[i]);
+	if (pc.socks != stack)
+		free(pc.socks);
+	return ret;
+}
+
+int ss_select(int nfds, fd_set *rd, fd_set *wr, fd_set *ex, int timeout_ms, const sigset_t *mask,
+	      bool *handled)
+{
+	struct pollfd stack[POLL_STACK], *pfd = stack;
+	int n = 0, ret, count = 0;
+	bool any = false;
+
+	*handled = false;
+	if (!ss_wait_has_transport() || nfds <= 0 || nfds > FD_SETSIZE)
+		return 0;
+	/* Only a call with an upgraded socket among its fds is ours. */
+	for (int fd = 0; fd < nfds && !any; fd++)
+		if ((rd && FD_ISSET(fd, rd)) || (wr && FD_ISSET(fd, wr)) || (ex && FD_ISSET(fd, ex))) {
+			struct ss_sock *s = ss_sock_get(fd);
+
+			any = s && (ss_sock_state(s) == SS_SOCK_UPGRADED || poll_on_mirror(s));
+			ss_sock_put(s);
+		}
+	if (!any)
+		return 0;
+	if (nfds > POLL_STACK && !(pfd = malloc(sizeof(*pfd) * (size_t)nfds)))
+		return 0;
+	for (int fd = 0; fd < nfds; fd++) {
+		short ev = (short)((rd && FD_ISSET(fd, rd) ? POLLIN : 0) |
+				   (wr && FD_ISSET(fd, wr) ? POLLOUT : 0) |
+				   (ex && FD_ISSET(fd, ex) ? POLLPRI : 0));
+
+		if (ev)
+			pfd[n++] = (struct pollfd){.fd = fd, .events = ev};
+	}
+	ret = ss_poll(pfd, (nfds_t)n, timeout_ms, mask, handled);
+	if (*handled && ret >= 0) {
+		/* Linux's select: readable on POLLIN, HUP or ERR; writable on POLLOUT or ERR. */
+		if (rd)
+			FD_ZERO(rd);
+		if (wr)
+			FD_ZERO(wr);
+		if (ex)
+			FD_ZERO(ex);
+		for (int i = 0; i < n; i++) {
+			short r = pfd[i].revents, e = pfd[i].events;
+
+			if ((e & POLLIN) && (r & (POLLIN | POLLHUP | POLLERR))) {
+				FD_SET(pfd[i].fd, rd);
+				count++;
+			}
+			if ((e & POLLOUT) && (r & (POLLOUT | POLLERR))) {
+				FD_SET(pfd[i].fd, wr);
+				count++;
+			}
+			if ((e & POLLPRI) && (r & POLLPRI)) {
+				FD_SET(pfd[i].fd, ex);
+				count++;
+			}
+		}
+		ret = count;
+	}
+	if (pfd != stack)
+		free(pfd);
+	return ret;
+}

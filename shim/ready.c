@@ -1,0 +1,268 @@
+#include "shim/ready.h"
+
+#include <errno.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include "shim/epoll.h"
+#include "shim/real.h"
+#include "shim/shim.h"
+
+/* ---- the connection's hook ---- */
+
+void ss_ready_conn(void *arg, unsigned ready)
+{
+	struct ss_sock *s = arg;
+
+	/* Sequentially consistent, as the sleepers' count read after it (ss_ready_wake_pollers). */
+	atomic_store(&s->rdy, ready & ~SS_RDY_EDGE);
+	/* Before the decision the shim's state says what shows, not the connection. */
+	if (ss_sock_state(s) != SS_SOCK_UPGRADED)
+		return;
+	if (atomic_load_explicit(&s->mirror_refs, memory_order_acquire) > 0)
+		ss_mirror_show(s, ready);
+	ss_epoll_notify(s, ready);
+	ss_ready_wake_pollers();
+}
+
+uint32_t ss_ready_events(struct ss_sock *s)
+{
+	unsigned r = atomic_load(&s->rdy);
+	uint32_t ev = 0;
+
+	if (ss_sock_state(s) != SS_SOCK_UPGRADED)
+		return 0;
+	if (r & (SS_RDY_IN | SS_RDY_RDHUP))
+		ev |= EPOLLIN | EPOLLRDNORM;
+	if (r & SS_RDY_OUT)
+		ev |= EPOLLOUT | EPOLLWRNORM;
+	if (r & SS_RDY_RDHUP)
+		ev |= EPOLLRDHUP;
+	if (r & SS_RDY_HUP)
+		ev |= EPOLLHUP;
+	/* As TCP's pending error: shown until a read, a write or SO_ERROR reported it. */
+	if ((r & SS_RDY_ERR) && !atomic_load_explicit(&s->reset_taken, memory_order_relaxed))
+		ev |= EPOLLERR;
+	return ev;
+}
+
+void ss_ready_mirror_get(struct ss_sock *s)
+{
+	if (atomic_fetch_add(&s->mirror_refs, 1) == 0 && s->conn &&
+	    !atomic_exchange(&s->mirror_events, true)) {
+		/* Events flow to the progress thread, and the mirror shows the truth from now on. */
+		ss_tp->worker_event_users(ss_w, 1);
+		ss_tp->conn_resync(s->conn);
+	}
+}
+
+void ss_ready_mirror_put(struct ss_sock *s)
+{
+	if (atomic_fetch_sub(&s->mirror_refs, 1) == 1 && atomic_exchange(&s->mirror_events, false))
+		ss_tp->worker_event_users(ss_w, -1);
+}
+
+/* ---- threads asleep in poll or select ---- */
+
+static atomic_int ready_poll_sleepers;
+static atomic_bool ready_poll_woken;
+static int ready_poll_fd = -1;
+static pthread_once_t ready_poll_once = PTHREAD_ONCE_INIT;
+
+static void ready_poll_init(void)
+{
+	ready_poll_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	if (ready_poll_fd >= 0) {
+		int high = ss_private_fd(ready_poll_fd);
+
+		if (high >= 0) {
+			ss_real.close(ready_poll_fd);
+			ready_poll_fd = high;
+		}
+	}
+}
+
+int ss_ready_poll_wake_fd(void)
+{
+	pthread_once(&ready_poll_once, ready_poll_init);
+	return ready_poll_fd;
+}
+
+void ss_ready_poll_sleep(int delta)
+{
+	atomic_fetch_add(&ready_poll_sleepers, delta);
+}
+
+void ss_ready_wake_pollers(void)
+{
+	uint64_t one = 1;
+
+	/* Once per sleep: the first sleeper that wakes drains it. */
+	if (atomic_load(&ready_poll_sleepers) > 0 &&
+	    !atomic_exchange(&ready_poll_woken, true) && ready_poll_fd >= 0 &&
+	    ss_real.write(ready_poll_fd, &one, sizeof(one)) < 0) {
+		/* A full counter still wakes them. */
+	}
+}
+
+void ss_ready_poll_drain(void)
+{
+	uint64_t v;
+
+	/*
+	 * Read first, then allow the next write: a waker that finds the flag
+	 * still set between the two skips its write, and its change is seen
+	 * by the look every sleeper takes after draining. Clearing first
+	 * would let a write land just before the read, which takes it, and
+	 * leave the flag set with nothing to read: no sleeper woken again.
+	 */
+	if (ready_poll_fd >= 0 && ss_real.read(ready_poll_fd, &v, sizeof(v)) < 0) {
+		/* Another sleeper drained it. */
+	}
+	atomic_store(&ready_poll_woken, false);
+}
+
+/* ---- the wait engine ---- */
+
+/*
+ * The spin budget of this thread's waits: it doubles the time spinning
+ * last took to find work, halves after a spin that found nothing, and is
+ * 0 (sleep at once) after a few of those; then every 16th wait tries a
+ * short spin again. SRQSHIM_POLL_US is its ceiling (0: never spin).
+ */
+static __thread int wait_budget_us = -1;
+static __thread unsigned wait_idle;
+
+bool ss_wait_has_transport(void)
+{
+	return atomic_load_explicit(&ss_w, memory_order_acquire) != NULL;
+}
+
+void ss_wait_begin(struct ss_wait *wt, int timeout_ms)
+{
+	int budget;
+
+	if (wait_budget_us < 0)
+		wait_budget_us = ss_cfg.poll_us < 100 ? ss_cfg.poll_us : 100;
+	budget = wait_budget_us;
+	if (budget == 0 && ss_cfg.poll_us > 0 && ++wait_idle % 16 == 0)
+		budget = ss_cfg.poll_us < 50 ? ss_cfg.poll_us : 50;
+	/*
+	 * What the CQs hold first, even when something is ready already: a
+	 * loop that always finds an event (end of file, level-triggered)
+	 * must still see its grants and data arrive, as TCP's would.
+	 */
+	if (ss_wait_has_transport())
+		ss_tp->worker_poll(atomic_load_explicit(&ss_w, memory_order_acquire));
+	wt->start_us = ss_now_us();
+	wt->deadline_us = timeout_ms < 0 ? UINT64_MAX : wt->start_us + (uint64_t)timeout_ms * 1000;
+	wt->spin_end_us = wt->start_us + (uint64_t)budget;
+	wt->sig_seen = ss_sig_any();
+	wt->pollers = false;
+	wt->sleeper = false;
+	wt->rounds = 0;
+}
+
+/*
+ * One round of polling: takes what the CQs hold. Returns true while the
+ * wait may go on spinning, false when it must sleep (budget spent, or no
+ * transport), time out, or return EINTR (*eintr).
+ */
+static bool ss_wait_spin(struct ss_wait *wt, bool *eintr)
+{
+	struct ss_worker *w = atomic_load_explicit(&ss_w, memory_order_acquire);
+	uint64_t now;
+
+	*eintr = false;
+	if (!w)
+		return false;
+	if (!wt->pollers) {
+		ss_tp->worker_pollers(w, 1);
+		wt->pollers = true;
+	}
+	ss_tp->worker_poll(w);
+	if (ss_sig_any() != wt->sig_seen) {
+		/* A handler ran: the kernel's wait would have ended with EINTR. */
+		*eintr = true;
+		return false;
+	}
+	/* The clock only every 4th round: it may be a system call (a guest's HPET). */
+	if (++wt->rounds % 4 != 1)
+		return true;
+	now = ss_now_us();
+	if (now >= wt->deadline_us)
+		return false;
+	if (now >= wt->spin_end_us) {
+		wait_budget_us = wait_budget_us > 8 ? wait_budget_us / 2 : 0;
+		return false;
+	}
+	/* The peer, and rxe's kernel work, need the other CPU now and then. */
+	if (wt->rounds % 8 == 1)
+		sched_yield();
+	return true;
+}
+
+enum ss_wait_next ss_wait_next(struct ss_wait *wt)
+{
+	bool eintr;
+
+	if (ss_wait_left_ms(wt) == 0)
+		return SS_WAIT_DONE;
+	if (ss_wait_spin(wt, &eintr))
+		return SS_WAIT_LOOK;
+	if (eintr)
+		return SS_WAIT_EINTR;
+	return ss_wait_left_ms(wt) == 0 ? SS_WAIT_LOOK : SS_WAIT_SLEEP;
+}
+
+void ss_wait_hit(struct ss_wait *wt)
+{
+	int took = (int)(ss_now_us() - wt->start_us);
+	int b = 2 * took > 50 ? 2 * took : 50;
+
+	wait_budget_us = b < ss_cfg.poll_us ? b : ss_cfg.poll_us;
+}
+
+bool ss_wait_arm(struct ss_wait *wt)
+{
+	struct ss_worker *w = atomic_load_explicit(&ss_w, memory_order_acquire);
+
+	if (!w)
+		return true;
+	if (wt->pollers) {
+		ss_tp->worker_pollers(w, -1);
+		wt->pollers = false;
+	}
+	if (!wt->sleeper) {
+		ss_tp->worker_event_users(w, 1);
+		wt->sleeper = true;
+	}
+	return ss_tp->worker_arm(w) == 0;
+}
+
+void ss_wait_woke(struct ss_wait *wt)
+{
+	if (wt->sleeper)
+		ss_tp->worker_event_users(atomic_load_explicit(&ss_w, memory_order_acquire), -1);
+	wt->sleeper = false;
+}
+
+int ss_wait_left_ms(const struct ss_wait *wt)
+{
+	uint64_t now;
+
+	if (wt->deadline_us == UINT64_MAX)
+		return -1;
+	now = ss_now_us();
+	return now >= wt->deadline_us ? 0 : (int)((wt->deadline_us - now + 999) / 1000);
+}
+
+void ss_wait_end(struct ss_wait *wt)
+{
+	ss_wait_woke(wt);
+	if (wt->pollers)
+		ss_tp->worker_pollers(atomic_load_explicit(&ss_w, memory_order_acquire), -1);
+	wt->pollers = false;
+}

@@ -1,0 +1,94 @@
+/*
+ * Readiness of upgraded sockets for the application's wait calls
+ * (docs/design.md, "Readiness"). A connection tells its socket what it
+ * shows; the socket passes that on to whoever can see it: the epoll
+ * instances it is registered in (answered in user space, epoll.c), threads
+ * in poll or select (mux.c), and the readiness mirror on the application's
+ * fd when something waits on it in the kernel.
+ */
+#ifndef SS_SHIM_READY_H
+#define SS_SHIM_READY_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/epoll.h>
+
+struct ss_sock;
+
+/* The connection's readiness hook (transport -> shim): called with the connection's lock held. */
+void ss_ready_conn(void *arg, unsigned ready);
+
+/*
+ * What s shows now as epoll events (EPOLLIN, EPOLLOUT, EPOLLRDHUP,
+ * EPOLLHUP, EPOLLERR), as a TCP socket would; 0 for a socket that is not
+ * upgraded. No lock.
+ */
+uint32_t ss_ready_events(struct ss_sock *s);
+
+/*
+ * Something waits on the application's fd in the kernel (a blocking call,
+ * a registration the kernel answers): the mirror must show the truth, and
+ * the progress thread must take CQ events. get: from now on; put: no more.
+ */
+void ss_ready_mirror_get(struct ss_sock *s);
+void ss_ready_mirror_put(struct ss_sock *s);
+
+/*
+ * Waits of the application (epoll, poll, select) share one engine: the
+ * waiting thread polls the CQs itself, spinning for a budget that adapts to
+ * how often spinning found work, then arms them and sleeps in the kernel.
+ */
+struct ss_wait {
+	uint64_t start_us, deadline_us; /* deadline UINT64_MAX: none */
+	uint64_t spin_end_us;
+	unsigned sig_seen; /* signal handlers run by this thread when the wait began */
+	bool pollers;      /* counted in the worker's pollers */
+	bool sleeper;      /* counted in the worker's event users (asleep on CQ events) */
+	unsigned rounds;
+};
+
+/* Begins a wait of timeout_ms (-1: none). */
+void ss_wait_begin(struct ss_wait *wt, int timeout_ms);
+
+/* What a wait does after a look that found nothing. */
+enum ss_wait_next {
+	SS_WAIT_LOOK,  /* look again (it spins, or its time is up: one last look) */
+	SS_WAIT_SLEEP, /* arm (ss_wait_arm) and sleep in the kernel */
+	SS_WAIT_DONE,  /* timed out */
+	SS_WAIT_EINTR, /* a signal handler ran: EINTR */
+};
+
+/* One step of the wait after a look that found nothing (spins one round when it may). */
+enum ss_wait_next ss_wait_next(struct ss_wait *wt);
+
+/* Spinning found what the wait waited for: the budget learns. */
+void ss_wait_hit(struct ss_wait *wt);
+
+/*
+ * The wait is about to sleep in the kernel: counts it among the event
+ * users (whoever takes a CQ event arms the CQs again while it sleeps:
+ * an event that made nothing ready for it must not leave later
+ * completions without one) and arms the CQs. Returns false when
+ * something came meanwhile (look again instead of sleeping).
+ */
+bool ss_wait_arm(struct ss_wait *wt);
+
+/* The kernel sleep after ss_wait_arm is over: no longer an event user. */
+void ss_wait_woke(struct ss_wait *wt);
+
+/* Milliseconds left to sleep (-1: no limit). */
+int ss_wait_left_ms(const struct ss_wait *wt);
+
+/* The wait ends (whatever the outcome). */
+void ss_wait_end(struct ss_wait *wt);
+
+/* True when the CQs should be polled at all (a transport is loaded). */
+bool ss_wait_has_transport(void);
+
+/* Threads asleep in poll or select: readiness changes wake them (ss_ready_wake_pollers). */
+void ss_ready_poll_sleep(int delta);
+void ss_ready_wake_pollers(void);
+int ss_ready_poll_wake_fd(void);
+void ss_ready_poll_drain(void);
+
+#endif

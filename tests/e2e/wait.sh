@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# The differential test of readiness (docs/design.md, "Readiness"):
+# wait_check's scenarios (epoll level and edge triggered, one-shot, MOD,
+# shutdown and reset, maxevents below the ready count, two instances,
+# close and dup while registered, timeouts, signals, poll, select, a
+# sleeping thread, fork) run over kernel TCP, then under the shim in each
+# mode; every wait call must return what it returned over TCP.
+. "$(dirname "$0")/lib.sh"
+need_rdma
+
+WC=$BUILD/tests/wait_check
+CTL=$BUILD/tools/srqshim-ctl
+port=9700
+
+timeout 300 "$WC" "$ADDR" $port > "$WORK/tcp.txt" || { cat "$WORK/tcp.txt"; fail "over TCP"; }
+for mode in srq rq; do
+	port=$((port + 1))
+	rm -f "$WORK/st"
+	env LD_PRELOAD="$PRELOAD" SRQSHIM_MODE=$mode WC_STATUS="$WORK/st" WC_CTL="$CTL" \
+		timeout 300 "$WC" "$ADDR" $port > "$WORK/$mode.txt" ||
+		{ cat "$WORK/$mode.txt"; fail "$mode: wait_check failed"; }
+	python3 - "$WORK/st" "$mode" <<'PY' || fail "$mode: the pair was not upgraded"
+import json, sys
+d = json.load(open(sys.argv[1]))
+conns = [c for p in d["processes"] for c in p["connections"]]
+ok = len(conns) == 2 and all(c["state"] == "upgraded" and c["mode"] == sys.argv[2] for c in conns)
+sys.exit(0 if ok else 1)
+PY
+	if ! diff -u "$WORK/tcp.txt" "$WORK/$mode.txt"; then
+		fail "$mode: wait calls returned other than over TCP (- TCP, + shim)"
+	fi
+	pass "$mode: $(grep -c '^ ' "$WORK/tcp.txt") observations in $(grep -c '^[a-z]' "$WORK/tcp.txt") scenarios as over TCP"
+done
