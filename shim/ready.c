@@ -156,7 +156,7 @@ void ss_wait_begin(struct ss_wait *wt, int timeout_ms)
 	 */
 	if (ss_wait_has_transport())
 		ss_tp->worker_poll(atomic_load_explicit(&ss_w, memory_order_acquire));
-	wt->start_us = ss_now_us();
+	wt->start_us = wt->now_us = ss_now_us();
 	wt->deadline_us = timeout_ms < 0 ? UINT64_MAX : wt->start_us + (uint64_t)timeout_ms * 1000;
 	wt->spin_end_us = wt->start_us + (uint64_t)budget;
 	wt->sig_seen = ss_sig_any();
@@ -191,7 +191,7 @@ static bool ss_wait_spin(struct ss_wait *wt, bool *eintr)
 	/* The clock only every 4th round: it may be a system call (a guest's HPET). */
 	if (++wt->rounds % 4 != 1)
 		return true;
-	now = ss_now_us();
+	now = wt->now_us = ss_now_us();
 	if (now >= wt->deadline_us)
 		return false;
 	if (now >= wt->spin_end_us) {
@@ -204,17 +204,23 @@ static bool ss_wait_spin(struct ss_wait *wt, bool *eintr)
 	return true;
 }
 
+/* Whether the deadline has passed, by the last clock reading (the clock may be a system call). */
+static bool wait_expired(const struct ss_wait *wt)
+{
+	return wt->now_us >= wt->deadline_us;
+}
+
 enum ss_wait_next ss_wait_next(struct ss_wait *wt)
 {
 	bool eintr;
 
-	if (ss_wait_left_ms(wt) == 0)
+	if (wait_expired(wt))
 		return SS_WAIT_DONE;
 	if (ss_wait_spin(wt, &eintr))
 		return SS_WAIT_LOOK;
 	if (eintr)
 		return SS_WAIT_EINTR;
-	return ss_wait_left_ms(wt) == 0 ? SS_WAIT_LOOK : SS_WAIT_SLEEP;
+	return wait_expired(wt) ? SS_WAIT_LOOK : SS_WAIT_SLEEP;
 }
 
 void ss_wait_hit(struct ss_wait *wt)
@@ -236,7 +242,7 @@ bool ss_wait_arm(struct ss_wait *wt)
 		wt->pollers = false;
 	}
 	if (!wt->sleeper) {
-		ss_tp->worker_event_users(w, 1);
+		ss_tp->worker_sleepers(w, 1);
 		wt->sleeper = true;
 	}
 	return ss_tp->worker_arm(w) == 0;
@@ -245,17 +251,17 @@ bool ss_wait_arm(struct ss_wait *wt)
 void ss_wait_woke(struct ss_wait *wt)
 {
 	if (wt->sleeper)
-		ss_tp->worker_event_users(atomic_load_explicit(&ss_w, memory_order_acquire), -1);
+		ss_tp->worker_sleepers(atomic_load_explicit(&ss_w, memory_order_acquire), -1);
 	wt->sleeper = false;
 }
 
-int ss_wait_left_ms(const struct ss_wait *wt)
+int ss_wait_left_ms(struct ss_wait *wt)
 {
 	uint64_t now;
 
 	if (wt->deadline_us == UINT64_MAX)
 		return -1;
-	now = ss_now_us();
+	now = wt->now_us = ss_now_us();
 	return now >= wt->deadline_us ? 0 : (int)((wt->deadline_us - now + 999) / 1000);
 }
 

@@ -41,9 +41,10 @@ void ss_ready_mirror_put(struct ss_sock *s);
 struct ss_wait {
 	uint64_t start_us, deadline_us; /* deadline UINT64_MAX: none */
 	uint64_t spin_end_us;
+	uint64_t now_us;   /* the last clock reading (read every 4th round of a spin) */
 	unsigned sig_seen; /* signal handlers run by this thread when the wait began */
 	bool pollers;      /* counted in the worker's pollers */
-	bool sleeper;      /* counted in the worker's event users (asleep on CQ events) */
+	bool sleeper;      /* counted in the worker's sleepers (asleep on CQ events) */
 	unsigned rounds;
 };
 
@@ -65,19 +66,19 @@ enum ss_wait_next ss_wait_next(struct ss_wait *wt);
 void ss_wait_hit(struct ss_wait *wt);
 
 /*
- * The wait is about to sleep in the kernel: counts it among the event
- * users (whoever takes a CQ event arms the CQs again while it sleeps:
- * an event that made nothing ready for it must not leave later
- * completions without one) and arms the CQs. Returns false when
- * something came meanwhile (look again instead of sleeping).
+ * The wait is about to sleep in the kernel, on the channels too: counts
+ * it among the worker's sleepers (whoever takes a CQ event arms the CQs
+ * again while it sleeps: an event that made nothing ready for it must not
+ * leave later completions without one) and arms the CQs. Returns false
+ * when something came meanwhile (look again instead of sleeping).
  */
 bool ss_wait_arm(struct ss_wait *wt);
 
-/* The kernel sleep after ss_wait_arm is over: no longer an event user. */
+/* The kernel sleep after ss_wait_arm is over: no longer a sleeper. */
 void ss_wait_woke(struct ss_wait *wt);
 
-/* Milliseconds left to sleep (-1: no limit). */
-int ss_wait_left_ms(const struct ss_wait *wt);
+/* Milliseconds left to sleep (-1: no limit); reads the clock. */
+int ss_wait_left_ms(struct ss_wait *wt);
 
 /* The wait ends (whatever the outcome). */
 void ss_wait_end(struct ss_wait *wt);

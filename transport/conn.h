@@ -132,6 +132,13 @@ void ss_worker_pollers(struct ss_worker *w, int delta);
  */
 void ss_worker_event_users(struct ss_worker *w, int delta);
 
+/*
+ * Application threads about to sleep (delta 1) on the devices' channels
+ * themselves (ss_worker_event_fds), and after (-1): the CQs are armed for
+ * them, and the progress thread leaves those events to them.
+ */
+void ss_worker_sleepers(struct ss_worker *w, int delta);
+
 /* Connection statistics, for the status tool. */
 struct ss_conn_stats {
 	uint64_t tx_bytes, rx_bytes, tx_msgs, rx_msgs;
@@ -299,6 +306,7 @@ struct ss_transport_ops {
 	void (*worker_take_events)(struct ss_worker *w);
 	void (*worker_pollers)(struct ss_worker *w, int delta);
 	void (*worker_event_users)(struct ss_worker *w, int delta);
+	void (*worker_sleepers)(struct ss_worker *w, int delta);
 	size_t (*conn_local_gids)(const struct ss_conn *c, uint8_t (*gids)[16], size_t max);
 	int (*conn_connect)(struct ss_conn *c, const struct ss_params *peer,
 			    const struct ss_agreement *agr);
@@ -321,7 +329,7 @@ struct ss_transport_ops {
 
 extern const struct ss_transport_ops ss_transport_ops;
 
-#define SS_TRANSPORT_OPS_VERSION 5
+#define SS_TRANSPORT_OPS_VERSION 6
 #define SS_TRANSPORT_OPS_SYMBOL  "ss_transport_ops"
 
 #endif

@@ -151,13 +151,14 @@ static int cqs_poll_all(struct ss_cqs *q)
  * Arms the CQs whose events someone needs; poll lock held. CQ events are
  * needed only by a thread that sleeps until one (force: the caller is
  * about to), or while the progress thread must move connections on by
- * itself (ss_worker_event_users); receive CQs for data and grants, send CQs
+ * itself (ss_worker_event_users), or application threads sleep on the
+ * channels (ss_worker_sleepers); receive CQs for data and grants, send CQs
  * while a connection waits for a send completion. Otherwise nothing is
  * armed, and completions raise no event, no system call, no wake-up.
  */
 static void cqs_arm_all(struct ss_cqs *q, bool force)
 {
-	if (!force && !ss_worker_has_event_users(q->w))
+	if (!force && !ss_worker_needs_events(q->w))
 		return;
 	for (struct ss_cq *cq = q->rcqs; cq; cq = cq->next)
 		if (!cq->armed && ibv_req_notify_cq(cq->cq, 0) == 0)

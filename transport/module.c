@@ -29,6 +29,7 @@ __attribute__((visibility("default"))) const struct ss_transport_ops ss_transpor
 	.worker_take_events = ss_worker_take_events,
 	.worker_pollers = ss_worker_pollers,
 	.worker_event_users = ss_worker_event_users,
+	.worker_sleepers = ss_worker_sleepers,
 	.conn_local_gids = ss_conn_local_gids,
 	.conn_connect = ss_conn_connect,
 	.conn_start = ss_conn_start,

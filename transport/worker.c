@@ -142,6 +142,7 @@ int ss_worker_devctx(struct ss_worker *w, const struct ss_dev_override *ovr,
 		ev.data.ptr = &dc->ep_tag;
 		if (ss_sys_epoll_ctl(w->epfd, EPOLL_CTL_ADD, dc->ch->fd, &ev) < 0)
 			ret = -errno;
+		dc->ch_watched = ret == 0;
 	}
 	if (ret == 0) {
 		/* SRQ limit and last-WQE events arrive here. */
@@ -398,12 +399,41 @@ void ss_worker_pollers(struct ss_worker *w, int delta)
 	}
 }
 
+/*
+ * The progress thread watches the channels only while it must take CQ
+ * events: an application thread asleep on them takes its own, and a
+ * second thread woken by the same event would only cost a thread hop and
+ * the poll lock. The worker's lock orders a change against the other.
+ */
+static void worker_watch_channels(struct ss_worker *w, bool on)
+{
+	pthread_mutex_lock(&w->lock);
+	for (struct ss_devctx *dc = worker_first_dev(w); dc; dc = dc->next) {
+		struct epoll_event ev = {.events = EPOLLIN, .data.ptr = &dc->ep_tag};
+
+		if (dc->ch_watched != on &&
+		    ss_sys_epoll_ctl(w->epfd, on ? EPOLL_CTL_ADD : EPOLL_CTL_DEL, dc->ch->fd, &ev) == 0)
+			dc->ch_watched = on;
+	}
+	pthread_mutex_unlock(&w->lock);
+}
+
 void ss_worker_event_users(struct ss_worker *w, int delta)
 {
-	/* The first one arms what is not: events flow to the progress thread from now on. */
-	if (atomic_fetch_add(&w->event_users, delta) == 0 && delta > 0)
+	/*
+	 * The first one has the progress thread watch the channels and arms
+	 * what is not: events flow to the progress thread from now on.
+	 */
+	if (atomic_fetch_add(&w->event_users, delta) == 0 && delta > 0) {
+		worker_watch_channels(w, true);
 		for (struct ss_devctx *dc = worker_first_dev(w); dc; dc = dc->next)
 			ss_cqs_progress(&dc->cqs, true);
+	}
+}
+
+void ss_worker_sleepers(struct ss_worker *w, int delta)
+{
+	atomic_fetch_add(&w->sleepers, delta);
 }
 
 static void drain_async(struct ss_devctx *dc)
@@ -506,6 +536,18 @@ static void *progress_main(void *arg)
 				break;
 			}
 			case SS_TAG_CHANNEL:
+				/*
+				 * Nobody needs us to take CQ events: the sleepers take
+				 * theirs. Look again after unwatching: an event user that
+				 * came meanwhile had the channels watched before we
+				 * unwatched them (the worker's lock orders the two).
+				 */
+				if (!ss_worker_has_event_users(w)) {
+					worker_watch_channels(w, false);
+					if (!ss_worker_has_event_users(w))
+						break;
+					worker_watch_channels(w, true);
+				}
 				drain_channel((struct ss_devctx *)((char *)tag -
 								   offsetof(struct ss_devctx, ep_tag)));
 				break;

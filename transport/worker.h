@@ -35,6 +35,7 @@ struct ss_devctx {
 	uint8_t (*gids)[16]; /* every GID of the port, for the loopback check */
 	size_t n_gids;
 	int ep_tag;    /* SS_TAG_CHANNEL */
+	bool ch_watched; /* its channel is in the progress thread's set (the worker's lock) */
 	int async_tag; /* SS_TAG_ASYNC: the device's async events */
 	int pools_ready;
 	struct ss_pool txp;  /* send blocks of every connection on the device */
@@ -57,6 +58,7 @@ struct ss_worker {
 	_Atomic(struct ss_devctx *) devs; /* added at the head under lock; walked without it */
 	atomic_uint n_devs;               /* devices opened so far */
 	atomic_int event_users;           /* who needs the progress thread to take CQ events */
+	atomic_int sleepers;              /* application threads asleep on the channels themselves */
 	int epfd, evfd;
 	int ep_tag; /* SS_TAG_WAKE, for evfd */
 	pthread_t thread;
@@ -84,6 +86,13 @@ int ss_worker_devctx_pools(struct ss_worker *w, struct ss_devctx *dc,
 static inline bool ss_worker_has_event_users(struct ss_worker *w)
 {
 	return atomic_load_explicit(&w->event_users, memory_order_acquire) > 0;
+}
+
+/* True while CQ events are needed by anyone: event users or sleepers (ss_worker_sleepers). */
+static inline bool ss_worker_needs_events(struct ss_worker *w)
+{
+	return ss_worker_has_event_users(w) ||
+	       atomic_load_explicit(&w->sleepers, memory_order_acquire) > 0;
 }
 
 /* Wakes the progress thread (to look at its timers again). */
