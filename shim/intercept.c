@@ -479,6 +479,16 @@ EXPORT int dup3(int oldfd, int newfd, int flags)
 	return after_dup(oldfd, ss_real.dup3(oldfd, newfd, flags));
 }
 
+/* The application changed its open file's flags: what the socket remembers of them goes. */
+static void flags_changed(int fd)
+{
+	struct ss_sock *s = ss_sock_get(fd);
+
+	if (s)
+		atomic_store_explicit(&s->nonblock, -1, memory_order_relaxed);
+	ss_sock_put(s);
+}
+
 EXPORT int fcntl(int fd, int cmd, ...)
 {
 	va_list ap;
@@ -490,6 +500,12 @@ EXPORT int fcntl(int fd, int cmd, ...)
 	va_end(ap);
 	if (cmd == F_DUPFD || cmd == F_DUPFD_CLOEXEC)
 		return after_dup(fd, ss_real.fcntl(fd, cmd, arg));
+	if (cmd == F_SETFL) {
+		int ret = ss_real.fcntl(fd, cmd, arg);
+
+		flags_changed(fd);
+		return ret;
+	}
 	return ss_real.fcntl(fd, cmd, arg);
 }
 
@@ -521,6 +537,12 @@ EXPORT int ioctl(int fd, unsigned long req, ...)
 			return 0;
 		}
 		ss_sock_put(s);
+	}
+	if (req == FIONBIO) {
+		int ret = ss_real.ioctl(fd, req, arg);
+
+		flags_changed(fd);
+		return ret;
 	}
 	return ss_real.ioctl(fd, req, arg);
 }

@@ -69,16 +69,29 @@ static void io_vec_free(struct io_vec *c)
 		free(c->v);
 }
 
-static bool io_nonblocking(int fd)
+/*
+ * O_NONBLOCK of the open file behind fd: asked once, then remembered until
+ * the application changes it through us (fcntl F_SETFL, ioctl FIONBIO:
+ * ss_sock_flags_changed), so that an I/O call costs no system call for it.
+ */
+static bool io_nonblocking(struct ss_sock *s, int fd)
 {
-	int fl = ss_real.fcntl(fd, F_GETFL);
+	int nb = atomic_load_explicit(&s->nonblock, memory_order_relaxed);
 
-	return fl >= 0 && (fl & O_NONBLOCK);
+	if (nb < 0) {
+		int fl = ss_real.fcntl(fd, F_GETFL);
+
+		if (fl < 0)
+			return false;
+		nb = (fl & O_NONBLOCK) != 0;
+		atomic_store_explicit(&s->nonblock, nb, memory_order_relaxed);
+	}
+	return nb > 0;
 }
 
-static bool io_would_wait(int fd, int flags)
+static bool io_would_wait(struct ss_sock *s, int fd, int flags)
 {
-	return !(flags & MSG_DONTWAIT) && !io_nonblocking(fd);
+	return !(flags & MSG_DONTWAIT) && !io_nonblocking(s, fd);
 }
 
 /*
@@ -167,7 +180,7 @@ void ss_io_forget_if_plain(struct ss_sock *s)
 /* Decides an accepted connection at a read: waits as the read would. */
 static int io_decide_for_read(struct ss_sock *s, int fd, int flags)
 {
-	bool wait = io_would_wait(fd, flags);
+	bool wait = io_would_wait(s, fd, flags);
 	int ret;
 
 	if (wait) {
@@ -213,7 +226,7 @@ static int io_strip_for_read(struct ss_sock *s, int fd, int flags)
 
 	pthread_mutex_lock(&s->lock);
 	if (s->strip != SS_STRIP_NONE)
-		ret = ss_strip(s, fd, io_would_wait(fd, flags));
+		ret = ss_strip(s, fd, io_would_wait(s, fd, flags));
 	pthread_mutex_unlock(&s->lock);
 	return ret;
 }
@@ -236,7 +249,7 @@ static int io_wait_decision(struct ss_sock *s, int fd, int flags, bool out)
 	pthread_mutex_unlock(&s->lock);
 	if (ss_sock_state(s) != st)
 		return 0;
-	if (!io_would_wait(fd, flags))
+	if (!io_would_wait(s, fd, flags))
 		return -EAGAIN;
 	return io_wait_app_fd(s, fd, out);
 }
@@ -311,7 +324,7 @@ static ssize_t io_up_recv(struct ss_sock *s, int fd, const struct iovec *iov, in
 		if (r != -EAGAIN)
 			break;
 		/* The O_NONBLOCK flag is looked up only when the call would block. */
-		if (!io_would_wait(fd, flags)) {
+		if (!io_would_wait(s, fd, flags)) {
 			if (!polled && io_poll_cqs()) {
 				polled = true;
 				continue;
@@ -351,7 +364,7 @@ static ssize_t io_up_send(struct ss_sock *s, int fd, struct io_vec *local, size_
 			io_iov_advance(local->v, local->n, (size_t)r);
 			continue;
 		}
-		if (r == -EAGAIN && io_would_wait(fd, flags)) {
+		if (r == -EAGAIN && io_would_wait(s, fd, flags)) {
 			r = io_wait_app_fd(s, fd, true);
 			if (r == 0 && ss_sock_state(s) != SS_SOCK_UPGRADED)
 				r = -SS_REDO;
@@ -517,7 +530,7 @@ ssize_t ss_io_send(int fd, const struct iovec *iov, int n, int flags, bool *hand
 			if (r > 0) {
 				sent += (size_t)r;
 				io_iov_advance(local.v, local.n, (size_t)r);
-				if (!io_would_wait(fd, flags))
+				if (!io_would_wait(s, fd, flags))
 					break;
 				continue;
 			}
@@ -536,7 +549,7 @@ ssize_t ss_io_send(int fd, const struct iovec *iov, int n, int flags, bool *hand
 				continue;
 			if (r > 0) {
 				sent += (size_t)r;
-				if (sent < want && io_would_wait(fd, flags))
+				if (sent < want && io_would_wait(s, fd, flags))
 					continue;
 			}
 			break;

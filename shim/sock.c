@@ -204,6 +204,7 @@ struct ss_sock *ss_sock_new(int fd, int domain, enum ss_sock_state state)
 	s->fds[0] = fd;
 	s->n_fds = 1;
 	s->tcp_fd = -1;
+	atomic_init(&s->nonblock, -1);
 	s->shim_fd = -1;
 	s->domain = domain;
 	atomic_init(&s->state, (int)state);

@@ -80,6 +80,7 @@ struct ss_sock {
 	socklen_t bound_len;
 	struct ss_opt_rec opts[16];
 	int n_opts;
+	atomic_int nonblock; /* O_NONBLOCK of its open file: -1 not known (ask), 0, 1 */
 	bool cork;
 
 	/* negotiation (under lock) */

@@ -56,6 +56,16 @@ static int read_port_gids(struct ss_devctx *dc)
 	dc->gids = calloc(pa.gid_tbl_len ? (size_t)pa.gid_tbl_len : 1, 16);
 	if (!dc->gids)
 		return -ENOMEM;
+	/* The whole table in one call (asking entry by entry costs a system call each). */
+	struct ibv_gid_entry *ents = calloc(pa.gid_tbl_len ? (size_t)pa.gid_tbl_len : 1, sizeof(*ents));
+	ssize_t n = ents ? ibv_query_gid_table(dc->dev->ctx, ents, (size_t)pa.gid_tbl_len, 0) : -1;
+
+	for (ssize_t i = 0; i < n; i++)
+		if (ents[i].port_num == dc->dev->port)
+			memcpy(dc->gids[dc->n_gids++], ents[i].gid.raw, 16);
+	free(ents);
+	if (n >= 0)
+		return 0;
 	for (int i = 0; i < pa.gid_tbl_len; i++) {
 		union ibv_gid g;
 		static const uint8_t zero[16];
