@@ -19,6 +19,7 @@
 #include <sched.h>
 #include <time.h>
 
+#include "transport/handoff.h"
 #include "transport/log.h"
 #include "transport/qp.h"
 #include "transport/srq.h"
@@ -258,6 +259,7 @@ bool ss_conn_on_completion(struct ss_conn *c, const struct ibv_wc *wc, bool recv
 	}
 
 	struct ss_blk *b = (struct ss_blk *)(uintptr_t)wc->wr_id;
+	ss_handoff_complete(b);
 	if (wc->status != IBV_WC_SUCCESS) {
 		conn_bad_status(c, wc, recv); /* first: a failed connection does not repost */
 		c->be->release(c, b);

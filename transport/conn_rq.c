@@ -9,6 +9,7 @@
 #include <errno.h>
 #include <string.h>
 
+#include "transport/handoff.h"
 #include "transport/log.h"
 #include "transport/qp.h"
 #include "transport/worker.h"
@@ -17,7 +18,10 @@ static int rq_post(struct ss_conn *c, struct ss_blk *b)
 {
 	struct ibv_sge sge = {.addr = (uintptr_t)b->addr, .length = c->buf_size, .lkey = b->lkey};
 	struct ibv_recv_wr wr = {.wr_id = (uintptr_t)b, .sg_list = &sge, .num_sge = 1}, *bad;
-	int ret = ibv_post_recv(c->qp, &wr, &bad);
+	int ret;
+
+	ss_handoff_post(b);
+	ret = ibv_post_recv(c->qp, &wr, &bad);
 
 	if (ret) {
 		ss_log_error("QP %u: ibv_post_recv: %s", c->qp->qp_num, strerror(ret));

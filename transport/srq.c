@@ -8,6 +8,7 @@
 #include <infiniband/verbs.h>
 
 #include "transport/cq.h"
+#include "transport/handoff.h"
 #include "transport/log.h"
 #include "transport/worker.h"
 
@@ -22,6 +23,7 @@ static int srq_post_blocks(struct ss_srq *s, struct ss_blk *head)
 		uint32_t n = 0;
 
 		for (; head && n < 16; head = head->next, n++) {
+			ss_handoff_post(head);
 			sge[n] = (struct ibv_sge){.addr = (uintptr_t)head->addr,
 						  .length = s->cfg.buf_size, .lkey = head->lkey};
 			wr[n] = (struct ibv_recv_wr){.wr_id = (uintptr_t)head, .sg_list = &sge[n],

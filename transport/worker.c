@@ -267,10 +267,10 @@ static int refresh_stats(struct ss_worker *w)
 
 void ss_worker_bury(struct ss_worker *w, struct ss_conn *c)
 {
-	pthread_mutex_lock(&w->lock);
+	pthread_mutex_lock(&w->tasks_lock);
 	*ss_conn_grave_next_p(c) = w->graveyard;
 	w->graveyard = c;
-	pthread_mutex_unlock(&w->lock);
+	pthread_mutex_unlock(&w->tasks_lock);
 	ss_worker_wake(w);
 }
 
@@ -278,11 +278,11 @@ void ss_worker_timer_arm(struct ss_worker *w, struct ss_timer *t, uint64_t at)
 {
 	bool earliest;
 
-	pthread_mutex_lock(&w->lock);
+	pthread_mutex_lock(&w->tasks_lock);
 	if (ss_timers_arm(&w->timers, t, at) != 0)
 		ss_log_error("no memory for a timer: a deadline is lost");
 	earliest = ss_timers_next(&w->timers) == at;
-	pthread_mutex_unlock(&w->lock);
+	pthread_mutex_unlock(&w->tasks_lock);
 	/* The thread may sleep until a later deadline: it must look again. */
 	if (earliest)
 		ss_worker_wake(w);
@@ -290,9 +290,9 @@ void ss_worker_timer_arm(struct ss_worker *w, struct ss_timer *t, uint64_t at)
 
 void ss_worker_timer_cancel(struct ss_worker *w, struct ss_timer *t)
 {
-	pthread_mutex_lock(&w->lock);
+	pthread_mutex_lock(&w->tasks_lock);
 	ss_timers_cancel(&w->timers, t);
-	pthread_mutex_unlock(&w->lock);
+	pthread_mutex_unlock(&w->tasks_lock);
 }
 
 int ss_worker_watch(struct ss_worker *w, struct ss_watch *wt, int fd, unsigned events)
@@ -323,10 +323,10 @@ void ss_worker_unwatch(struct ss_worker *w, struct ss_watch *wt)
 
 void ss_worker_defer(struct ss_worker *w, struct ss_defer *d)
 {
-	pthread_mutex_lock(&w->lock);
+	pthread_mutex_lock(&w->tasks_lock);
 	d->next = w->deferred;
 	w->deferred = d;
-	pthread_mutex_unlock(&w->lock);
+	pthread_mutex_unlock(&w->tasks_lock);
 	ss_worker_wake(w);
 }
 
@@ -335,10 +335,10 @@ static void run_deferred(struct ss_worker *w)
 {
 	struct ss_defer *d, *next;
 
-	pthread_mutex_lock(&w->lock);
+	pthread_mutex_lock(&w->tasks_lock);
 	d = w->deferred;
 	w->deferred = NULL;
-	pthread_mutex_unlock(&w->lock);
+	pthread_mutex_unlock(&w->tasks_lock);
 	for (; d; d = next) {
 		next = d->next;
 		d->fn(d);
@@ -413,11 +413,11 @@ void ss_worker_pollers(struct ss_worker *w, int delta)
  * The progress thread watches the channels only while it must take CQ
  * events: an application thread asleep on them takes its own, and a
  * second thread woken by the same event would only cost a thread hop and
- * the poll lock. The worker's lock orders a change against the other.
+ * the poll lock. The tasks lock orders a change against the other.
  */
 static void worker_watch_channels(struct ss_worker *w, bool on)
 {
-	pthread_mutex_lock(&w->lock);
+	pthread_mutex_lock(&w->tasks_lock);
 	for (struct ss_devctx *dc = worker_first_dev(w); dc; dc = dc->next) {
 		struct epoll_event ev = {.events = EPOLLIN, .data.ptr = &dc->ep_tag};
 
@@ -425,7 +425,7 @@ static void worker_watch_channels(struct ss_worker *w, bool on)
 		    ss_sys_epoll_ctl(w->epfd, on ? EPOLL_CTL_ADD : EPOLL_CTL_DEL, dc->ch->fd, &ev) == 0)
 			dc->ch_watched = on;
 	}
-	pthread_mutex_unlock(&w->lock);
+	pthread_mutex_unlock(&w->tasks_lock);
 }
 
 void ss_worker_event_users(struct ss_worker *w, int delta)
@@ -476,10 +476,10 @@ static int run_timers(struct ss_worker *w)
 
 	for (;;) {
 		/* One at a time: a callback may arm or cancel timers. */
-		pthread_mutex_lock(&w->lock);
+		pthread_mutex_lock(&w->tasks_lock);
 		t = ss_timers_pop_due(&w->timers, now);
 		next = ss_timers_next(&w->timers);
-		pthread_mutex_unlock(&w->lock);
+		pthread_mutex_unlock(&w->tasks_lock);
 		if (!t)
 			break;
 		t->fire(t, now);
@@ -493,10 +493,10 @@ static int free_graveyard(struct ss_worker *w)
 	struct ss_conn *c, *next, *keep = NULL;
 	uint64_t now = ss_now_ms(), first = UINT64_MAX;
 
-	pthread_mutex_lock(&w->lock);
+	pthread_mutex_lock(&w->tasks_lock);
 	c = w->graveyard;
 	w->graveyard = NULL;
-	pthread_mutex_unlock(&w->lock);
+	pthread_mutex_unlock(&w->tasks_lock);
 	for (; c; c = next) {
 		uint64_t at = ss_conn_free_at(c);
 
@@ -510,13 +510,13 @@ static int free_graveyard(struct ss_worker *w)
 		ss_conn_free(c);
 	}
 	if (keep) {
-		pthread_mutex_lock(&w->lock);
+		pthread_mutex_lock(&w->tasks_lock);
 		for (c = keep; c; c = next) {
 			next = *ss_conn_grave_next_p(c);
 			*ss_conn_grave_next_p(c) = w->graveyard;
 			w->graveyard = c;
 		}
-		pthread_mutex_unlock(&w->lock);
+		pthread_mutex_unlock(&w->tasks_lock);
 	}
 	return first == UINT64_MAX ? -1 : (int)(first - now);
 }
@@ -601,6 +601,7 @@ int ss_worker_get(struct ss_worker **worker_p)
 		goto out_unlock;
 	}
 	pthread_mutex_init(&w->lock, NULL);
+	pthread_mutex_init(&w->tasks_lock, NULL);
 	w->ep_tag = SS_TAG_WAKE;
 	w->epfd = ss_sys_epoll_create();
 	w->evfd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);

@@ -35,7 +35,7 @@ struct ss_devctx {
 	uint8_t (*gids)[16]; /* every GID of the port, for the loopback check */
 	size_t n_gids;
 	int ep_tag;    /* SS_TAG_CHANNEL */
-	bool ch_watched; /* its channel is in the progress thread's set (the worker's lock) */
+	bool ch_watched; /* its channel is in the progress thread's set (the tasks lock) */
 	int async_tag; /* SS_TAG_ASYNC: the device's async events */
 	int pools_ready;
 	struct ss_pool txp;  /* send blocks of every connection on the device */
@@ -54,7 +54,8 @@ struct ss_no_dev {
 };
 
 struct ss_worker {
-	pthread_mutex_t lock; /* devices, graveyard, timers */
+	pthread_mutex_t lock;       /* devices and their pools: before the poll lock */
+	pthread_mutex_t tasks_lock; /* timers, graveyard, deferred work, channel watching: a leaf */
 	_Atomic(struct ss_devctx *) devs; /* added at the head under lock; walked without it */
 	atomic_uint n_devs;               /* devices opened so far */
 	atomic_int event_users;           /* who needs the progress thread to take CQ events */
