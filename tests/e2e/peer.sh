@@ -78,3 +78,42 @@ for victim in server client; do
 	pass "killed $victim: the survivor saw the end in $took s"
 	wait 2>/dev/null || true
 done
+
+# A process that exits (exit(), not _exit()) right after its last write,
+# with data still in flight: every byte arrives, then the end, as over TCP.
+# The reader is slow at first, so that the writer's bytes are still queued
+# at its exit. Over kernel TCP first, then under the shim.
+head -c 3000000 /dev/urandom > "$WORK/inflight"
+want=$(sha256sum < "$WORK/inflight" | cut -d' ' -f1)
+for how in plain shimmed; do
+	port=$((port + 1))
+	pre_s=(env); pre_c=(env)
+	[ $how = shimmed ] && { pre_s=("${SERVED[@]}"); pre_c=("${SHIMMED[@]}"); }
+	"${pre_s[@]}" timeout 120 python3 -c '
+import hashlib, socket, sys, time
+l = socket.socket(); l.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+l.bind((sys.argv[1], int(sys.argv[2]))); l.listen(1)
+c, _ = l.accept()
+time.sleep(1)  # the writer has exited by now
+h = hashlib.sha256(); n = 0
+while True:
+    d = c.recv(65536)
+    if not d: break
+    h.update(d); n += len(d)
+print(n, h.hexdigest())
+' "$ADDR" $port > "$WORK/inflight.out" 2>&1 &
+	rs=$!
+	wait_listen $port
+	"${pre_c[@]}" timeout 60 python3 -c '
+import socket, sys
+s = socket.create_connection((sys.argv[1], int(sys.argv[2])))
+s.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4 << 20)
+s.sendall(open(sys.argv[3], "rb").read())
+s.detach()  # python would close it at exit: the fd stays open
+sys.exit(0)  # no close, no shutdown: the exit ends the connection
+' "$ADDR" $port "$WORK/inflight" || fail "exit with data in flight ($how): writer"
+	wait $rs || { cat "$WORK/inflight.out"; fail "exit with data in flight ($how): reader"; }
+	[ "$(cat "$WORK/inflight.out")" = "3000000 $want" ] ||
+		fail "exit with data in flight ($how): the reader got $(cat "$WORK/inflight.out")"
+	pass "exit with data in flight ($how): 3000000 bytes and the end, sha-256 as sent"
+done
