@@ -17,6 +17,7 @@ enum ss_reason {
 	SS_REASON_MALFORMED = 10, /* the peer sent a bad handshake message */
 	SS_REASON_GID_MISMATCH = 11, /* the peer's GID is not its TCP address */
 	SS_REASON_LOOPBACK = 12, /* loopback connection and no device configured */
+	SS_REASON_DEVICE_DOWN = 13, /* the device's port is down (or the device failed) */
 	SS_REASON__COUNT,
 };
 

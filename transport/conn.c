@@ -456,6 +456,15 @@ void ss_conn_peer_gone(struct ss_conn *c)
 	pthread_mutex_unlock(&c->lock);
 }
 
+void ss_conn_on_port_down(struct ss_conn *c)
+{
+	pthread_mutex_lock(&c->lock);
+	ss_conn_fail(c, "the device's port is down");
+	/* Not conn_progress: the caller holds the poll lock (ss_cqs_for_each_conn). */
+	ss_conn_after_events(c, false);
+	pthread_mutex_unlock(&c->lock);
+}
+
 void ss_conn_on_last_wqe(struct ss_conn *c)
 {
 	pthread_mutex_lock(&c->lock);
@@ -491,6 +500,11 @@ int ss_conn_create(struct ss_worker *w, const struct ss_transport_cfg *cfg,
 	ret = ss_worker_devctx(w, &cfg->dev, local, &c->dc, reason_p);
 	if (ret)
 		goto err_free;
+	if (atomic_load_explicit(&c->dc->port_down, memory_order_acquire)) {
+		*reason_p = SS_REASON_DEVICE_DOWN;
+		ret = -ENETDOWN;
+		goto err_free;
+	}
 	*reason_p = SS_REASON_RESOURCE;
 	ret = ss_worker_devctx_pools(w, c->dc, cfg);
 	if (ret)

@@ -53,6 +53,8 @@ static int read_port_gids(struct ss_devctx *dc)
 
 	if (ibv_query_port(dc->dev->ctx, dc->dev->port, &pa))
 		return -EIO;
+	/* From here on, async events keep this true (PORT_ERR, PORT_ACTIVE). */
+	atomic_init(&dc->port_down, pa.state != IBV_PORT_ACTIVE);
 	dc->gids = calloc(pa.gid_tbl_len ? (size_t)pa.gid_tbl_len : 1, 16);
 	if (!dc->gids)
 		return -ENOMEM;
@@ -455,6 +457,21 @@ static void drain_async(struct ss_devctx *dc)
 		case IBV_EVENT_SRQ_LIMIT_REACHED:
 			if (atomic_load_explicit(&dc->srq, memory_order_acquire))
 				ss_srq_on_limit(atomic_load_explicit(&dc->srq, memory_order_acquire));
+			break;
+		case IBV_EVENT_PORT_ERR:
+		case IBV_EVENT_DEVICE_FATAL:
+			if (ev.event_type == IBV_EVENT_PORT_ERR && ev.element.port_num != dc->dev->port)
+				break;
+			/* Its connections fail now (not after the transport's retries); new ones stay on TCP. */
+			ss_log_warn("%s: %s: its connections fail, new ones stay on TCP", dc->dev->name,
+				    ibv_event_type_str(ev.event_type));
+			atomic_store_explicit(&dc->port_down, true, memory_order_release);
+			ss_cqs_for_each_conn(&dc->cqs, ss_conn_on_port_down);
+			break;
+		case IBV_EVENT_PORT_ACTIVE:
+			if (ev.element.port_num == dc->dev->port &&
+			    atomic_exchange(&dc->port_down, false))
+				ss_log_warn("%s: port active again", dc->dev->name);
 			break;
 		case IBV_EVENT_QP_LAST_WQE_REACHED:
 			if (ev.element.qp->qp_context)

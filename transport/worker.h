@@ -36,6 +36,7 @@ struct ss_devctx {
 	size_t n_gids;
 	int ep_tag;    /* SS_TAG_CHANNEL */
 	bool ch_watched; /* its channel is in the progress thread's set (the tasks lock) */
+	atomic_bool port_down; /* its port went down, or the device failed: no new connection */
 	int async_tag; /* SS_TAG_ASYNC: the device's async events */
 	int pools_ready;
 	struct ss_pool txp;  /* send blocks of every connection on the device */
@@ -107,6 +108,8 @@ void ss_worker_bury(struct ss_worker *w, struct ss_conn *c);
 /* Completions of c's QP taken from a shared receive (recv) or send CQ, in CQ order; no lock of c held. */
 void ss_conn_on_wcs(struct ss_conn *c, const struct ibv_wc *wc, int n, bool recv);
 void ss_conn_on_last_wqe(struct ss_conn *c);
+/* The device's port went down (or the device failed): c fails now. Poll lock held, not c's. */
+void ss_conn_on_port_down(struct ss_conn *c);
 /* The shared pool is exhausted at its bound: c's unread blocks are copied out and reposted. */
 void ss_conn_unpin(struct ss_conn *c);
 /* 0: c may be freed now; else the time to free it anyway (waiting for its last-WQE event). */
