@@ -23,13 +23,15 @@ static int srq_post_blocks(struct ss_srq *s, struct ss_blk *head)
 		uint32_t n = 0;
 
 		for (; head && n < 16; head = head->next, n++) {
-			ss_handoff_post(head);
 			sge[n] = (struct ibv_sge){.addr = (uintptr_t)head->addr,
 						  .length = s->cfg.buf_size, .lkey = head->lkey};
 			wr[n] = (struct ibv_recv_wr){.wr_id = (uintptr_t)head, .sg_list = &sge[n],
 						     .num_sge = 1, .next = &wr[n + 1]};
 		}
 		wr[n - 1].next = NULL;
+		/* Hand-offs after the last look at the chain (its next links) and before the post. */
+		for (uint32_t i = 0; i < n; i++)
+			ss_handoff_post((void *)(uintptr_t)wr[i].wr_id);
 		ret = ibv_post_srq_recv(s->srq, wr, &bad);
 		if (ret) {
 			/* Never expected (the SRQ holds every block): those from bad on go back. */
