@@ -648,6 +648,17 @@ EXPORT int getpeername(int fd, struct sockaddr *addr, socklen_t *len)
 
 /* ---- epoll: instances answered in user space (epoll.c) ---- */
 
+/* A timespec as whole milliseconds, rounded up (-1 for none). */
+static int ms_of_ts(const struct timespec *ts)
+{
+	long long ms;
+
+	if (!ts)
+		return -1;
+	ms = (long long)ts->tv_sec * 1000 + (ts->tv_nsec + 999999) / 1000000;
+	return ms > INT_MAX ? INT_MAX : (int)ms;
+}
+
 EXPORT int epoll_create(int size)
 {
 	int fd;
@@ -715,16 +726,10 @@ EXPORT int epoll_pwait2(int epfd, struct epoll_event *evs, int max, const struct
 {
 	static int (*real_pwait2)(int, struct epoll_event *, int, const struct timespec *,
 				  const sigset_t *);
-	int timeout = -1, n;
+	int timeout = ms_of_ts(ts), n;
 	bool handled;
 
 	real_ready();
-	if (ts) {
-		/* Whole milliseconds, rounded up: never earlier than asked. */
-		long long ms = (long long)ts->tv_sec * 1000 + (ts->tv_nsec + 999999) / 1000000;
-
-		timeout = ms > INT_MAX ? INT_MAX : (int)ms;
-	}
 	n = ss_epoll_wait(epfd, evs, max, timeout, mask, &handled);
 	if (handled)
 		return (int)to_libc(n);
@@ -736,17 +741,6 @@ EXPORT int epoll_pwait2(int epfd, struct epoll_event *evs, int max, const struct
 }
 
 /* ---- poll and select (mux.c) ---- */
-
-/* A timespec as whole milliseconds, rounded up (-1 for none). */
-static int ms_of_ts(const struct timespec *ts)
-{
-	long long ms;
-
-	if (!ts)
-		return -1;
-	ms = (long long)ts->tv_sec * 1000 + (ts->tv_nsec + 999999) / 1000000;
-	return ms > INT_MAX ? INT_MAX : (int)ms;
-}
 
 EXPORT int poll(struct pollfd *fds, nfds_t n, int timeout)
 {

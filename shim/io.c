@@ -72,7 +72,7 @@ static void io_vec_free(struct io_vec *c)
 /*
  * O_NONBLOCK of the open file behind fd: asked once, then remembered until
  * the application changes it through us (fcntl F_SETFL, ioctl FIONBIO:
- * ss_sock_flags_changed), so that an I/O call costs no system call for it.
+ * flags_changed in intercept.c), so that an I/O call costs no system call for it.
  */
 static bool io_nonblocking(struct ss_sock *s, int fd)
 {
