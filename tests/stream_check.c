@@ -4,7 +4,9 @@
  * sizes, and check every byte they read (random read sizes) against the
  * generator of the other end. The client then half-closes; the server reads
  * to end of file, answers with the hash of all it received, and closes; the
- * client checks that answer and its own end of file.
+ * client checks that answer and its own end of file. Each end prints the
+ * SHA-256 of all it sent and of all it received, for the caller to compare
+ * across the two ends.
  *
  *   stream_check server ADDR PORT STYLE BYTES
  *   stream_check client ADDR PORT STYLE BYTES
@@ -32,6 +34,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "sha256.h"
+
 #define SEED_SERVER 0x5eed5eedull
 #define SEED_CLIENT 0xc11e47ull
 #define MAX_IO      65536
@@ -45,6 +49,7 @@ struct stream {
 	uint64_t state; /* the byte generator */
 	uint64_t hash;
 	uint64_t done;  /* bytes generated or checked */
+	struct sha256 sha; /* of the same bytes, printed at the end */
 };
 
 static void die(const char *what)
@@ -108,6 +113,8 @@ static void init_endpoint(struct endpoint *e, int fd, bool server, uint64_t byte
 	e->out.state = server ? SEED_SERVER : SEED_CLIENT;
 	e->in.state = server ? SEED_CLIENT : SEED_SERVER;
 	e->out.hash = e->in.hash = 1469598103934665603ull;
+	sha256_init(&e->out.sha);
+	sha256_init(&e->in.sha);
 }
 
 /* Makes the next chunk to write; false when all is sent. */
@@ -123,6 +130,7 @@ static bool fill_chunk(struct endpoint *e)
 	for (size_t i = 0; i < e->wlen; i++)
 		e->wbuf[i] = next_byte(&e->out);
 	hash_bytes(&e->out, e->wbuf, e->wlen);
+	sha256_update(&e->out.sha, e->wbuf, e->wlen);
 	e->out.done += e->wlen;
 	e->woff = 0;
 	return true;
@@ -131,20 +139,22 @@ static bool fill_chunk(struct endpoint *e)
 /* Checks received bytes; the client also collects the 8-byte answer after the stream. */
 static void take(struct endpoint *e, const uint8_t *p, size_t n)
 {
-	for (size_t i = 0; i < n; i++) {
-		if (e->in.done == e->bytes) {
-			if (e->server || e->answer_got == 8)
-				fail("%zu bytes after the end of the stream (at %llu)", n - i,
-				     (unsigned long long)e->in.done);
-			e->answer[e->answer_got++] = p[i];
-			continue;
-		}
+	size_t stream = e->bytes - e->in.done < n ? (size_t)(e->bytes - e->in.done) : n;
+
+	for (size_t i = 0; i < stream; i++) {
 		uint8_t want = next_byte(&e->in);
 		if (p[i] != want)
 			fail("byte %llu differs (got 0x%x, want 0x%x)", (unsigned long long)e->in.done,
 			     p[i], want);
 		e->in.done++;
-		hash_bytes(&e->in, p + i, 1);
+	}
+	hash_bytes(&e->in, p, stream);
+	sha256_update(&e->in.sha, p, stream);
+	for (size_t i = stream; i < n; i++) {
+		if (e->server || e->answer_got == 8)
+			fail("%zu bytes after the end of the stream (at %llu)", n - i,
+			     (unsigned long long)e->in.done);
+		e->answer[e->answer_got++] = p[i];
 	}
 }
 
@@ -363,6 +373,7 @@ static void run(struct endpoint *e, enum style st, const char *name)
 {
 	struct tcp_info ti;
 	socklen_t len = sizeof(ti);
+	char sent[65], received[65];
 
 	if (st == BLOCK)
 		run_block(e);
@@ -376,6 +387,10 @@ static void run(struct endpoint *e, enum style st, const char *name)
 	       "tcp_bytes_acked=%llu tcp_bytes_received=%llu\n",
 	       e->server ? "server" : "client", name, (unsigned long long)e->bytes,
 	       (unsigned long long)ti.tcpi_bytes_acked, (unsigned long long)ti.tcpi_bytes_received);
+	sha256_hex(&e->out.sha, sent);
+	sha256_hex(&e->in.sha, received);
+	printf("stream_check: %s sent_sha256=%s received_sha256=%s\n", e->server ? "server" : "client",
+	       sent, received);
 }
 
 static int connect_to(struct sockaddr_in *sa, enum style st)

@@ -55,3 +55,13 @@ saw_upgrade() {
 
 # True while process $1 runs (a zombie child has ended).
 alive() { [ -d "/proc/$1" ] && ! grep -q '^State:.*zombie' "/proc/$1/status" 2>/dev/null; }
+
+# Fails unless what stream_check's client (log $1) sent is what its server (log $2)
+# received and the reverse, by the SHA-256 each end printed.
+same_streams() {
+	local c s
+	c=$(sed -n 's/.*client sent_sha256=\([0-9a-f]*\) received_sha256=\([0-9a-f]*\).*/\1 \2/p' "$1")
+	s=$(sed -n 's/.*server sent_sha256=\([0-9a-f]*\) received_sha256=\([0-9a-f]*\).*/\2 \1/p' "$2")
+	[ -n "$c" ] || fail "no SHA-256 in $1"
+	[ "$c" = "$s" ] || fail "the SHA-256 of the streams differ: client sent/received $c, server received/sent $s"
+}
