@@ -65,19 +65,12 @@ static int poll_others_back(struct poll_call *pc)
 	return ready;
 }
 
-/*
- * Asks the kernel (the others; when sleeping, the channels and wake-up fd
- * too). sleeping: the caller's wait, counted among the poll sleepers and
- * the worker's (ss_wait_arm); it stops counting as soon as the kernel
- * returns, before it takes CQ events, so that those neither wake it
- * through the wake-up fd nor arm the CQs for it.
- */
-static int poll_kernel(struct poll_call *pc, struct ss_wait *sleeping, int timeout_ms,
-		       const sigset_t *mask)
+/* Asks the kernel (the others; when sleeping, the channels and wake-up fd too). */
+static int poll_kernel(struct poll_call *pc, bool sleeping, int timeout_ms, const sigset_t *mask)
 {
 	struct timespec ts, *tsp = NULL;
 	nfds_t nk = sleeping ? pc->nk : pc->n_other;
-	int r, err;
+	int r;
 
 	if (timeout_ms >= 0) {
 		ts = (struct timespec){timeout_ms / 1000, (long)(timeout_ms % 1000) * 1000000};
@@ -86,13 +79,8 @@ static int poll_kernel(struct poll_call *pc, struct ss_wait *sleeping, int timeo
 	for (nfds_t i = 0; i < nk; i++)
 		pc->k[i].revents = 0;
 	r = mask || sleeping ? ss_real.ppoll(pc->k, nk, tsp, mask) : ss_real.poll(pc->k, nk, 0);
-	err = errno;
-	if (sleeping) {
-		ss_wait_woke(sleeping);
-		ss_ready_poll_sleep(-1);
-	}
 	if (r < 0)
-		return -err;
+		return -errno;
 	if (!sleeping)
 		return poll_others_back(pc); /* every revents, 0s too: the array may hold old ones */
 	/* The channels and the wake-up fd: taken care of; then the others. */
@@ -148,7 +136,7 @@ static int poll_run(struct poll_call *pc, int timeout_ms, const sigset_t *mask)
 	for (;;) {
 		ready = poll_ours(pc);
 		if (pc->n_other && (ready || wt.rounds % POLL_OS_SPIN_EVERY == 0)) {
-			k = poll_kernel(pc, NULL, 0, NULL);
+			k = poll_kernel(pc, false, 0, NULL);
 			if (k < 0) {
 				ready = k;
 				break;
@@ -160,7 +148,8 @@ static int poll_run(struct poll_call *pc, int timeout_ms, const sigset_t *mask)
 					pc->fds[i].revents = 0;
 		}
 		if (ready) {
-			ss_wait_hit(&wt);
+			if (wt.rounds)
+				ss_wait_hit(&wt);
 			break;
 		}
 		next = ss_wait_next(&wt);
@@ -175,23 +164,19 @@ static int poll_run(struct poll_call *pc, int timeout_ms, const sigset_t *mask)
 		 * change made after this look wakes us through the wake-up fd.
 		 */
 		ss_ready_poll_sleep(1);
-		if (ss_wait_arm(&wt) && !poll_ours(pc)) {
-			k = poll_kernel(pc, &wt, ss_wait_left_ms(&wt), mask);
-		} else {
-			ss_wait_woke(&wt);
-			ss_ready_poll_sleep(-1);
-			k = 0;
-		}
+		k = ss_wait_arm(&wt) && !poll_ours(pc)
+			    ? poll_kernel(pc, true, ss_wait_left_ms(&wt), mask)
+			    : 0;
+		ss_wait_woke(&wt);
+		ss_ready_poll_sleep(-1);
 		if (k < 0) {
 			ready = k;
 			break;
 		}
 		ready = k + poll_ours(pc);
-		if (ready) {
-			ss_wait_hit(&wt);
+		if (ready)
 			break;
-		}
-		ss_wait_resume(&wt);
+		ss_wait_begin(&wt, ss_wait_left_ms(&wt));
 	}
 	ss_wait_end(&wt);
 	return ready;

@@ -127,13 +127,10 @@ void ss_ready_poll_drain(void)
 /* ---- the wait engine ---- */
 
 /*
- * The spin budget of this thread's waits: twice the time the last wait
- * that found something took (spinning, or asleep until an event woke it:
- * a spin that long would have spared the sleep), at least 50 us; it halves
- * after a spin that found nothing, and is 0 (sleep at once) after a few of
- * those; then every 16th wait tries a short spin again. SRQSHIM_POLL_US is
- * its ceiling (0: never spin). A wait that finds something at its first
- * look, or later than the ceiling, teaches nothing.
+ * The spin budget of this thread's waits: it doubles the time spinning
+ * last took to find work, halves after a spin that found nothing, and is
+ * 0 (sleep at once) after a few of those; then every 16th wait tries a
+ * short spin again. SRQSHIM_POLL_US is its ceiling (0: never spin).
  */
 static __thread int wait_budget_us = -1;
 static __thread unsigned wait_idle;
@@ -143,8 +140,7 @@ bool ss_wait_has_transport(void)
 	return atomic_load_explicit(&ss_w, memory_order_acquire) != NULL;
 }
 
-/* Starts a spin with the thread's budget: polls the CQs and reads the clock. */
-static void wait_spin_start(struct ss_wait *wt)
+void ss_wait_begin(struct ss_wait *wt, int timeout_ms)
 {
 	int budget;
 
@@ -161,24 +157,12 @@ static void wait_spin_start(struct ss_wait *wt)
 	if (ss_wait_has_transport())
 		ss_tp->worker_poll(atomic_load_explicit(&ss_w, memory_order_acquire));
 	wt->start_us = wt->now_us = ss_now_us();
+	wt->deadline_us = timeout_ms < 0 ? UINT64_MAX : wt->start_us + (uint64_t)timeout_ms * 1000;
 	wt->spin_end_us = wt->start_us + (uint64_t)budget;
 	wt->sig_seen = ss_sig_any();
-	wt->rounds = 0;
-}
-
-void ss_wait_begin(struct ss_wait *wt, int timeout_ms)
-{
 	wt->pollers = false;
 	wt->sleeper = false;
-	wt->slept = false;
-	wait_spin_start(wt);
-	wt->origin_us = wt->start_us;
-	wt->deadline_us = timeout_ms < 0 ? UINT64_MAX : wt->start_us + (uint64_t)timeout_ms * 1000;
-}
-
-void ss_wait_resume(struct ss_wait *wt)
-{
-	wait_spin_start(wt);
+	wt->rounds = 0;
 }
 
 /*
@@ -241,15 +225,9 @@ enum ss_wait_next ss_wait_next(struct ss_wait *wt)
 
 void ss_wait_hit(struct ss_wait *wt)
 {
-	uint64_t took;
-	int b;
+	int took = (int)(ss_now_us() - wt->start_us);
+	int b = 2 * took > 50 ? 2 * took : 50;
 
-	if (!wt->rounds && !wt->slept)
-		return;
-	took = ss_now_us() - wt->origin_us;
-	if (took > (uint64_t)ss_cfg.poll_us)
-		return;
-	b = 2 * (int)took > 50 ? 2 * (int)took : 50;
 	wait_budget_us = b < ss_cfg.poll_us ? b : ss_cfg.poll_us;
 }
 
@@ -267,7 +245,6 @@ bool ss_wait_arm(struct ss_wait *wt)
 		ss_tp->worker_sleepers(w, 1);
 		wt->sleeper = true;
 	}
-	wt->slept = true;
 	return ss_tp->worker_arm(w) == 0;
 }
 
