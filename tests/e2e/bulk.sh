@@ -12,9 +12,6 @@
 need_rdma
 
 bytes=${SRQSHIM_BULK_BYTES:-$((1 << 30))}
-rnr() { cat "/sys/class/infiniband/$DEV/ports/1/hw_counters/rcvd_rnr_err"; }
-# Sums the hard credit requests received (the second of "credit requests S/R") in log $1.
-requests() { sed -n 's/.*credit requests [0-9]*\/\([0-9]*\).*/\1/p' "$1" | awk '{s += $1} END {print s + 0}'; }
 
 port=9500
 for mode in srq rq; do

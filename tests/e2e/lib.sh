@@ -27,6 +27,11 @@ pass() { echo "ok: $*"; }
 
 # Packets the RDMA device has sent so far.
 rdma_pkts() { cat "/sys/class/infiniband/$DEV/ports/1/hw_counters/sent_pkts"; }
+# RNR NAKs the device has received so far (all processes).
+rnr() { cat "/sys/class/infiniband/$DEV/ports/1/hw_counters/rcvd_rnr_err"; }
+# Hard credit requests received, summed over the "connection done" lines of
+# log $1 (the second of "credit requests S/R"; SRQSHIM_LOG_LEVEL=info).
+requests() { sed -n 's/.*credit requests [0-9]*\/\([0-9]*\).*/\1/p' "$1" | awk '{s += $1} END {print s + 0}'; }
 
 # Waits until something listens on TCP port $1.
 wait_listen() {

@@ -10,7 +10,6 @@ need_rdma
 
 MC=$BUILD/tests/many_check
 n=64
-rnr() { cat "/sys/class/infiniband/$DEV/ports/1/hw_counters/rcvd_rnr_err"; }
 
 # Checks the server's log: no shim error, pool within its bound; prints the summary.
 check_pool() {
@@ -45,7 +44,7 @@ r0=$(rnr)
 SERVER_ENV="SRQSHIM_SRQ_POOL=8 SRQSHIM_SRQ_POOL_MAX=32" run stress 9400 $((2 << 20))
 rnrs=$(( $(rnr) - r0 ))
 check_pool "$WORK/stress-server.log" 32
-reqs=$(sed -n 's/.*credit requests [0-9]*\/\([0-9]*\).*/\1/p' "$WORK/stress-server.log" | awk '{s += $1} END {print s + 0}')
+reqs=$(requests "$WORK/stress-server.log")
 echo "RNR NAKs: $rnrs, hard credit requests received by the server: $reqs"
 [ "$rnrs" -gt 0 ] || fail "stress: no RNR retry happened (the pool was not small enough)"
 [ "$reqs" -gt 0 ] || fail "stress: no hard credit request happened"
