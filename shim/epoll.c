@@ -689,20 +689,35 @@ static void ep_add_internal(struct ss_ep *e)
 	e->chan_gen = gen;
 }
 
+/* A sleeper on e is awake; no longer to be woken through e's wake-up fd. */
+static void ep_awake(struct ss_ep *e)
+{
+	pthread_mutex_lock(&e->lock);
+	e->sleepers--;
+	pthread_mutex_unlock(&e->lock);
+}
+
 /*
  * Asks the kernel (timeout_ms; 0: no wait) and keeps the application's
- * events; the shim's own are taken care of. Returns the application's
- * events, or -errno.
+ * events; the shim's own are taken care of. asleep: the caller's wait,
+ * counted among e's sleepers and the worker's (ss_wait_arm); it stops
+ * counting as soon as the kernel returns, before it takes CQ events, so
+ * that those wake nobody (no wake-up write for itself) and arm nothing
+ * for it. Returns the application's events, or -errno.
  */
 static int ep_kernel_wait(struct ss_ep *e, struct epoll_event *evs, int max, int timeout_ms,
-			  const sigset_t *mask, bool *woken)
+			  const sigset_t *mask, bool *woken, struct ss_wait *asleep)
 {
 	int n = mask ? ss_real.epoll_pwait(e->epfd, evs, max, timeout_ms, mask)
 		     : ss_real.epoll_wait(e->epfd, evs, max, timeout_ms);
-	int k = 0;
+	int err = errno, k = 0;
 
+	if (asleep) {
+		ss_wait_woke(asleep);
+		ep_awake(e);
+	}
 	if (n < 0)
-		return -errno;
+		return -err;
 	for (int i = 0; i < n; i++) {
 		uint64_t d = evs[i].data.u64;
 
@@ -773,7 +788,7 @@ int ss_epoll_wait(int epfd, struct epoll_event *evs, int max, int timeout_ms,
 		do {
 			/* Our own entries may still be in its set: they are taken care of. */
 			woken = false;
-			n = ep_kernel_wait(e, evs, max, ss_wait_left_ms(&wt), mask, &woken);
+			n = ep_kernel_wait(e, evs, max, ss_wait_left_ms(&wt), mask, &woken, NULL);
 		} while (n == 0 && woken && ss_wait_left_ms(&wt) != 0);
 		atomic_fetch_sub(&e->blind_sleepers, 1);
 		ep_put(e);
@@ -788,12 +803,11 @@ int ss_epoll_wait(int epfd, struct epoll_event *evs, int max, int timeout_ms,
 		/* The kernel's fds are asked now and then even while ours keep it busy. */
 		if (os && n < max &&
 		    (n ? ++e->found_calls % EP_OS_EVERY == 0 : wt.rounds % EP_OS_SPIN_EVERY == 0)) {
-			k = ep_kernel_wait(e, evs + n, max - n, 0, NULL, &woken);
+			k = ep_kernel_wait(e, evs + n, max - n, 0, NULL, &woken, NULL);
 			n += k > 0 ? k : 0;
 		}
 		if (n > 0) {
-			if (wt.rounds)
-				ss_wait_hit(&wt);
+			ss_wait_hit(&wt);
 			break;
 		}
 		next = ss_wait_next(&wt);
@@ -813,23 +827,22 @@ int ss_epoll_wait(int epfd, struct epoll_event *evs, int max, int timeout_ms,
 		pthread_mutex_unlock(&e->lock);
 		if (ss_wait_arm(&wt)) {
 			woken = false;
-			k = ep_kernel_wait(e, evs, max, ss_wait_left_ms(&wt), mask, &woken);
+			k = ep_kernel_wait(e, evs, max, ss_wait_left_ms(&wt), mask, &woken, &wt);
 		} else {
+			ss_wait_woke(&wt);
+			ep_awake(e);
 			k = 0; /* something came as we armed */
 		}
-		ss_wait_woke(&wt);
-		pthread_mutex_lock(&e->lock);
-		e->sleepers--;
-		pthread_mutex_unlock(&e->lock);
 		if (k < 0) {
 			n = k; /* EINTR, as the kernel says */
 			break;
 		}
 		if (k > 0) {
 			n = k + ep_harvest(e, evs + k, max - k);
+			ss_wait_hit(&wt);
 			break;
 		}
-		ss_wait_begin(&wt, ss_wait_left_ms(&wt));
+		ss_wait_resume(&wt);
 	}
 	ss_wait_end(&wt);
 	ep_put(e);

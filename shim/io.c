@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "shim/io.h"
+#include "shim/mux.h"
 #include "shim/ready.h"
 #include "shim/real.h"
 #include "shim/shim.h"
@@ -106,6 +107,53 @@ static bool io_poll_cqs(void)
 	return w && ss_tp->worker_poll(w) > 0;
 }
 
+/* SO_RCVTIMEO (out: SO_SNDTIMEO) in ms, rounded up; -1: none. Asked once, then kept. */
+static int io_timeout_ms(struct ss_sock *s, bool out)
+{
+	int ms = atomic_load_explicit(&s->timeo_ms[out], memory_order_relaxed);
+
+	if (ms < 0) {
+		struct timeval tv = {0, 0};
+		socklen_t len = sizeof(tv);
+		int tfd = s->tcp_fd >= 0 ? s->tcp_fd : s->fds[0];
+
+		if (ss_real.getsockopt(tfd, SOL_SOCKET, out ? SO_SNDTIMEO : SO_RCVTIMEO, &tv, &len) != 0)
+			tv = (struct timeval){0, 0};
+		ms = (int)(tv.tv_sec * 1000 + (tv.tv_usec + 999) / 1000);
+		atomic_store_explicit(&s->timeo_ms[out], ms, memory_order_relaxed);
+	}
+	return ms ? ms : -1;
+}
+
+/*
+ * Waits as a blocking read (out: write) of an upgraded connection would,
+ * in the wait engine that poll uses: the CQs polled by this thread, then
+ * asleep on the completion channels; no hop through the progress thread.
+ * Signals as Linux's socket calls take them (signal(7)): a handler without
+ * SA_RESTART ends the wait with EINTR; after one with SA_RESTART the wait
+ * goes on, unless the socket has a timeout (SO_RCVTIMEO, SO_SNDTIMEO),
+ * which the kernel never restarts. Returns 0 (something changed: the
+ * caller tries again), -EAGAIN (timeout) or -EINTR.
+ */
+static int io_wait_upgraded(struct ss_sock *s, int fd, bool out)
+{
+	int timeo = io_timeout_ms(s, out);
+	struct pollfd p = {.fd = fd, .events = out ? POLLOUT : POLLIN};
+	bool handled;
+
+	for (;;) {
+		unsigned sig = ss_sig_no_restart();
+		int r = ss_poll(&p, 1, timeo, NULL, &handled);
+
+		if (!handled || r > 0)
+			return 0;
+		if (r == 0)
+			return -EAGAIN;
+		if (r != -EINTR || timeo >= 0 || ss_sig_no_restart() != sig)
+			return r == -EINTR ? -EINTR : 0;
+	}
+}
+
 /*
  * Sleeps until the application's fd (our socketpair end) shows what the
  * caller waits for: a blocking call on that end that ends when it does: a
@@ -114,15 +162,13 @@ static bool io_poll_cqs(void)
  * is junk too). Unlike poll(2), these are restarted after a signal handler
  * installed with SA_RESTART, and they honour SO_RCVTIMEO and SO_SNDTIMEO,
  * which the application's end carries: a TCP read or write would do the
- * same. An upgraded connection is first polled from this thread
- * (SRQSHIM_POLL_US), which spares the hop through the progress thread.
- * Returns 0 (something changed: the caller tries again), -EAGAIN (timeout)
- * or -EINTR.
+ * same. An upgraded connection waits in user space instead
+ * (io_wait_upgraded). Returns 0 (something changed: the caller tries
+ * again), -EAGAIN (timeout) or -EINTR.
  */
 static int io_wait_app_fd(struct ss_sock *s, int fd, bool out)
 {
 	bool up = ss_sock_state(s) == SS_SOCK_UPGRADED;
-	unsigned sig = ss_sig_no_restart();
 	/* Asleep in the kernel on the mirror (now, or once upgraded): it must show the truth. */
 	bool mirrored = ss_sock_state(s) >= SS_SOCK_CONNECTING &&
 			ss_sock_state(s) != SS_SOCK_ACCEPTED && ss_sock_state(s) != SS_SOCK_PLAIN;
@@ -130,11 +176,8 @@ static int io_wait_app_fd(struct ss_sock *s, int fd, bool out)
 	ssize_t n;
 	int err;
 
-	if (up && ss_cfg.poll_us > 0 && ss_tp->conn_spin(s->conn, (unsigned)ss_cfg.poll_us))
-		return 0;
-	/* A handler without SA_RESTART ran while we polled: the kernel's call would say EINTR. */
-	if (ss_sig_no_restart() != sig)
-		return -EINTR;
+	if (up)
+		return io_wait_upgraded(s, fd, out);
 	if (mirrored)
 		ss_ready_mirror_get(s);
 	if (out) {

@@ -29,6 +29,7 @@ struct poll_call {
 	struct ss_sock **socks; /* per fd: an upgraded socket (a reference), or NULL */
 	struct pollfd *k;       /* what the kernel is asked: the others, then ours */
 	nfds_t nk, n_other;
+	bool moved;             /* one of ours left RDMA (fell back): the call starts again */
 };
 
 /* What our sockets show, into fds[].revents; returns how many show something. */
@@ -41,6 +42,14 @@ static int poll_ours(struct poll_call *pc)
 
 		if (!pc->socks[i])
 			continue;
+		/* Sequentially consistent: see ss_fallback. */
+		if (atomic_load(&pc->socks[i]->state) != SS_SOCK_UPGRADED) {
+			/* Its fd is the mirror's (then TCP's) from now on: ends this round. */
+			pc->fds[i].revents = 0;
+			pc->moved = true;
+			ready++;
+			continue;
+		}
 		/* POLL* and EPOLL* bits are the same values. */
 		ev = ss_ready_events(pc->socks[i]);
 		pc->fds[i].revents =
@@ -65,12 +74,19 @@ static int poll_others_back(struct poll_call *pc)
 	return ready;
 }
 
-/* Asks the kernel (the others; when sleeping, the channels and wake-up fd too). */
-static int poll_kernel(struct poll_call *pc, bool sleeping, int timeout_ms, const sigset_t *mask)
+/*
+ * Asks the kernel (the others; when sleeping, the channels and wake-up fd
+ * too). sleeping: the caller's wait, counted among the poll sleepers and
+ * the worker's (ss_wait_arm); it stops counting as soon as the kernel
+ * returns, before it takes CQ events, so that those neither wake it
+ * through the wake-up fd nor arm the CQs for it.
+ */
+static int poll_kernel(struct poll_call *pc, struct ss_wait *sleeping, int timeout_ms,
+		       const sigset_t *mask)
 {
 	struct timespec ts, *tsp = NULL;
 	nfds_t nk = sleeping ? pc->nk : pc->n_other;
-	int r;
+	int r, err;
 
 	if (timeout_ms >= 0) {
 		ts = (struct timespec){timeout_ms / 1000, (long)(timeout_ms % 1000) * 1000000};
@@ -79,8 +95,13 @@ static int poll_kernel(struct poll_call *pc, bool sleeping, int timeout_ms, cons
 	for (nfds_t i = 0; i < nk; i++)
 		pc->k[i].revents = 0;
 	r = mask || sleeping ? ss_real.ppoll(pc->k, nk, tsp, mask) : ss_real.poll(pc->k, nk, 0);
+	err = errno;
+	if (sleeping) {
+		ss_wait_woke(sleeping);
+		ss_ready_poll_sleep(-1);
+	}
 	if (r < 0)
-		return -errno;
+		return -err;
 	if (!sleeping)
 		return poll_others_back(pc); /* every revents, 0s too: the array may hold old ones */
 	/* The channels and the wake-up fd: taken care of; then the others. */
@@ -136,7 +157,7 @@ static int poll_run(struct poll_call *pc, int timeout_ms, const sigset_t *mask)
 	for (;;) {
 		ready = poll_ours(pc);
 		if (pc->n_other && (ready || wt.rounds % POLL_OS_SPIN_EVERY == 0)) {
-			k = poll_kernel(pc, false, 0, NULL);
+			k = poll_kernel(pc, NULL, 0, NULL);
 			if (k < 0) {
 				ready = k;
 				break;
@@ -148,8 +169,7 @@ static int poll_run(struct poll_call *pc, int timeout_ms, const sigset_t *mask)
 					pc->fds[i].revents = 0;
 		}
 		if (ready) {
-			if (wt.rounds)
-				ss_wait_hit(&wt);
+			ss_wait_hit(&wt);
 			break;
 		}
 		next = ss_wait_next(&wt);
@@ -164,19 +184,23 @@ static int poll_run(struct poll_call *pc, int timeout_ms, const sigset_t *mask)
 		 * change made after this look wakes us through the wake-up fd.
 		 */
 		ss_ready_poll_sleep(1);
-		k = ss_wait_arm(&wt) && !poll_ours(pc)
-			    ? poll_kernel(pc, true, ss_wait_left_ms(&wt), mask)
-			    : 0;
-		ss_wait_woke(&wt);
-		ss_ready_poll_sleep(-1);
+		if (ss_wait_arm(&wt) && !poll_ours(pc)) {
+			k = poll_kernel(pc, &wt, ss_wait_left_ms(&wt), mask);
+		} else {
+			ss_wait_woke(&wt);
+			ss_ready_poll_sleep(-1);
+			k = 0;
+		}
 		if (k < 0) {
 			ready = k;
 			break;
 		}
 		ready = k + poll_ours(pc);
-		if (ready)
+		if (ready) {
+			ss_wait_hit(&wt);
 			break;
-		ss_wait_begin(&wt, ss_wait_left_ms(&wt));
+		}
+		ss_wait_resume(&wt);
 	}
 	ss_wait_end(&wt);
 	return ready;
@@ -191,7 +215,9 @@ static bool poll_on_mirror(struct ss_sock *s)
 	       st != SS_SOCK_PLAIN;
 }
 
-int ss_poll(struct pollfd *fds, nfds_t n, int timeout_ms, const sigset_t *mask, bool *handled)
+/* One round of ss_poll; *moved: a socket of ours left RDMA meanwhile (ask again). */
+static int poll_once(struct pollfd *fds, nfds_t n, int timeout_ms, const sigset_t *mask,
+		     bool *handled, bool *moved)
 {
 	struct ss_sock *stack[2 * POLL_STACK], **mir, *s;
 	struct poll_call pc = {.fds = fds, .n = n};
@@ -245,7 +271,31 @@ int ss_poll(struct pollfd *fds, nfds_t n, int timeout_ms, const sigset_t *mask, 
 		ss_sock_put(pc.socks[i]);
 	if (pc.socks != stack)
 		free(pc.socks);
+	*moved = pc.moved && ret >= 0;
 	return ret;
+}
+
+int ss_poll(struct pollfd *fds, nfds_t n, int timeout_ms, const sigset_t *mask, bool *handled)
+{
+	uint64_t end = timeout_ms < 0 ? UINT64_MAX : ss_now_ms() + (uint64_t)timeout_ms;
+	bool moved;
+	int ret;
+
+	/*
+	 * A connection that falls back during the wait (the server's side
+	 * before the client's READY) wakes the pollers; the call is made again
+	 * for what its fds are now, with the time left.
+	 */
+	for (;;) {
+		uint64_t now;
+
+		ret = poll_once(fds, n, timeout_ms, mask, handled, &moved);
+		if (!moved)
+			return ret;
+		now = ss_now_ms();
+		if (end != UINT64_MAX)
+			timeout_ms = now >= end ? 0 : (int)(end - now);
+	}
 }
 
 int ss_select(int nfds, fd_set *rd, fd_set *wr, fd_set *ex, int timeout_ms, const sigset_t *mask,

@@ -13,6 +13,7 @@
 #include <sys/epoll.h>
 
 #include "shim/epoll.h"
+#include "shim/ready.h"
 #include "shim/real.h"
 #include "shim/shim.h"
 #include "transport/log.h"
@@ -41,10 +42,16 @@ int ss_fallback(struct ss_sock *s, enum ss_reason why)
 	ssize_t n = 0;
 
 	s->reason = why;
-	/* From here the connection's readiness no longer drives the mirror. */
-	ss_sock_set_state(s, SS_SOCK_FALLBACK);
+	/*
+	 * From here the connection's readiness no longer drives the mirror.
+	 * Sequentially consistent, as the pollers' count read after it
+	 * (ss_ready_wake_pollers) and their look at it after counting (mux.c).
+	 */
+	atomic_store(&s->state, SS_SOCK_FALLBACK);
 	/* Its registrations go back to the kernel, where the mirror (then TCP) answers them. */
 	ss_epoll_leaving(s);
+	/* Threads asleep in poll, select or a blocking call on it look again (mux.c). */
+	ss_ready_wake_pollers();
 	if (s->conn)
 		n = ss_tp->conn_take_unsent(s->conn, &unsent);
 	if (n > 0) {

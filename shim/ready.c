@@ -1,8 +1,10 @@
 #include "shim/ready.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
+#include <stdlib.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
 
@@ -66,32 +68,89 @@ void ss_ready_mirror_put(struct ss_sock *s)
 
 /* ---- threads asleep in poll or select ---- */
 
-static atomic_int ready_poll_sleepers;
-static atomic_bool ready_poll_woken;
-static int ready_poll_fd = -1;
-static pthread_once_t ready_poll_once = PTHREAD_ONCE_INIT;
+/*
+ * Each thread that sleeps in poll or select (or a blocking call, which waits
+ * as a poll of its fd) has a wake-up eventfd of its own: a shared one would
+ * let one sleeper drain a wake-up meant for another, which then sleeps on
+ * (two threads of one process, a reader and a writer, hung that way). A
+ * readiness change writes the fd of every thread listed asleep, once per
+ * sleep. The list's lock is a leaf.
+ */
+struct ready_sleeper {
+	int fd;
+	atomic_bool woken; /* written since its last drain */
+	struct ready_sleeper *prev, *next;
+};
 
-static void ready_poll_init(void)
+static atomic_int ready_poll_sleepers; /* threads in the list */
+static pthread_mutex_t ready_list_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct ready_sleeper *ready_list;
+static __thread struct ready_sleeper *ready_me;
+static pthread_key_t ready_key;
+static pthread_once_t ready_key_once = PTHREAD_ONCE_INIT;
+
+/* A thread that ends: its eventfd goes (it is not asleep, so not listed). */
+static void ready_thread_gone(void *arg)
 {
-	ready_poll_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-	if (ready_poll_fd >= 0) {
-		int high = ss_private_fd(ready_poll_fd);
+	struct ready_sleeper *me = arg;
 
-		if (high >= 0) {
-			ss_real.close(ready_poll_fd);
-			ready_poll_fd = high;
-		}
-	}
+	ss_real.close(me->fd);
+	free(me);
+}
+
+static void ready_key_init(void)
+{
+	pthread_key_create(&ready_key, ready_thread_gone);
 }
 
 int ss_ready_poll_wake_fd(void)
 {
-	pthread_once(&ready_poll_once, ready_poll_init);
-	return ready_poll_fd;
+	int fd, high;
+
+	if (ready_me)
+		return ready_me->fd;
+	pthread_once(&ready_key_once, ready_key_init);
+	fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	if (fd < 0)
+		return -1;
+	high = ss_private_fd(fd);
+	if (high >= 0) {
+		ss_real.close(fd);
+		fd = high;
+	}
+	ready_me = calloc(1, sizeof(*ready_me));
+	if (!ready_me) {
+		ss_real.close(fd);
+		return -1;
+	}
+	ready_me->fd = fd;
+	pthread_setspecific(ready_key, ready_me);
+	return fd;
 }
 
 void ss_ready_poll_sleep(int delta)
 {
+	struct ready_sleeper *me = ready_me;
+
+	if (!me)
+		return; /* no wake-up fd: its sleep is bounded by nothing we could wake */
+	pthread_mutex_lock(&ready_list_lock);
+	if (delta > 0) {
+		me->prev = NULL;
+		me->next = ready_list;
+		if (ready_list)
+			ready_list->prev = me;
+		ready_list = me;
+	} else {
+		if (me->prev)
+			me->prev->next = me->next;
+		else
+			ready_list = me->next;
+		if (me->next)
+			me->next->prev = me->prev;
+	}
+	pthread_mutex_unlock(&ready_list_lock);
+	/* Sequentially consistent, as the readiness it looks at after counting (ss_ready_conn). */
 	atomic_fetch_add(&ready_poll_sleepers, delta);
 }
 
@@ -99,12 +158,14 @@ void ss_ready_wake_pollers(void)
 {
 	uint64_t one = 1;
 
-	/* Once per sleep: the first sleeper that wakes drains it. */
-	if (atomic_load(&ready_poll_sleepers) > 0 &&
-	    !atomic_exchange(&ready_poll_woken, true) && ready_poll_fd >= 0 &&
-	    ss_real.write(ready_poll_fd, &one, sizeof(one)) < 0) {
-		/* A full counter still wakes them. */
-	}
+	if (atomic_load(&ready_poll_sleepers) <= 0)
+		return;
+	pthread_mutex_lock(&ready_list_lock);
+	for (struct ready_sleeper *t = ready_list; t; t = t->next)
+		if (!atomic_exchange(&t->woken, true) && ss_real.write(t->fd, &one, sizeof(one)) < 0) {
+			/* A full counter still wakes it. */
+		}
+	pthread_mutex_unlock(&ready_list_lock);
 }
 
 void ss_ready_poll_drain(void)
@@ -114,23 +175,35 @@ void ss_ready_poll_drain(void)
 	/*
 	 * Read first, then allow the next write: a waker that finds the flag
 	 * still set between the two skips its write, and its change is seen
-	 * by the look every sleeper takes after draining. Clearing first
-	 * would let a write land just before the read, which takes it, and
-	 * leave the flag set with nothing to read: no sleeper woken again.
+	 * by the look the sleeper takes after draining. Clearing first would
+	 * let a write land just before the read, which takes it, and leave the
+	 * flag set with nothing to read: the thread never woken again.
 	 */
-	if (ready_poll_fd >= 0 && ss_real.read(ready_poll_fd, &v, sizeof(v)) < 0) {
-		/* Another sleeper drained it. */
+	if (ready_me && ss_real.read(ready_me->fd, &v, sizeof(v)) < 0) {
+		/* Nothing written: a spurious wake-up. */
 	}
-	atomic_store(&ready_poll_woken, false);
+	if (ready_me)
+		atomic_store(&ready_me->woken, false);
+}
+
+void ss_ready_after_fork(void)
+{
+	/* The other threads are the parent's; this one is not asleep. */
+	pthread_mutex_init(&ready_list_lock, NULL);
+	ready_list = NULL;
+	atomic_store(&ready_poll_sleepers, 0);
 }
 
 /* ---- the wait engine ---- */
 
 /*
- * The spin budget of this thread's waits: it doubles the time spinning
- * last took to find work, halves after a spin that found nothing, and is
- * 0 (sleep at once) after a few of those; then every 16th wait tries a
- * short spin again. SRQSHIM_POLL_US is its ceiling (0: never spin).
+ * The spin budget of this thread's waits: twice the time the last wait
+ * that found something took (spinning, or asleep until an event woke it:
+ * a spin that long would have spared the sleep), at least 50 us; it halves
+ * after a spin that found nothing, and is 0 (sleep at once) after a few of
+ * those; then every 16th wait tries a short spin again. SRQSHIM_POLL_US is
+ * its ceiling (0: never spin). A wait that finds something at its first
+ * look, or later than the ceiling, teaches nothing.
  */
 static __thread int wait_budget_us = -1;
 static __thread unsigned wait_idle;
@@ -140,7 +213,8 @@ bool ss_wait_has_transport(void)
 	return atomic_load_explicit(&ss_w, memory_order_acquire) != NULL;
 }
 
-void ss_wait_begin(struct ss_wait *wt, int timeout_ms)
+/* Starts a spin with the thread's budget: polls the CQs and reads the clock. */
+static void wait_spin_start(struct ss_wait *wt)
 {
 	int budget;
 
@@ -157,12 +231,24 @@ void ss_wait_begin(struct ss_wait *wt, int timeout_ms)
 	if (ss_wait_has_transport())
 		ss_tp->worker_poll(atomic_load_explicit(&ss_w, memory_order_acquire));
 	wt->start_us = wt->now_us = ss_now_us();
-	wt->deadline_us = timeout_ms < 0 ? UINT64_MAX : wt->start_us + (uint64_t)timeout_ms * 1000;
 	wt->spin_end_us = wt->start_us + (uint64_t)budget;
 	wt->sig_seen = ss_sig_any();
+	wt->rounds = 0;
+}
+
+void ss_wait_begin(struct ss_wait *wt, int timeout_ms)
+{
 	wt->pollers = false;
 	wt->sleeper = false;
-	wt->rounds = 0;
+	wt->slept = false;
+	wait_spin_start(wt);
+	wt->origin_us = wt->start_us;
+	wt->deadline_us = timeout_ms < 0 ? UINT64_MAX : wt->start_us + (uint64_t)timeout_ms * 1000;
+}
+
+void ss_wait_resume(struct ss_wait *wt)
+{
+	wait_spin_start(wt);
 }
 
 /*
@@ -225,9 +311,15 @@ enum ss_wait_next ss_wait_next(struct ss_wait *wt)
 
 void ss_wait_hit(struct ss_wait *wt)
 {
-	int took = (int)(ss_now_us() - wt->start_us);
-	int b = 2 * took > 50 ? 2 * took : 50;
+	uint64_t took;
+	int b;
 
+	if (!wt->rounds && !wt->slept)
+		return;
+	took = ss_now_us() - wt->origin_us;
+	if (took > (uint64_t)ss_cfg.poll_us)
+		return;
+	b = 2 * (int)took > 50 ? 2 * (int)took : 50;
 	wait_budget_us = b < ss_cfg.poll_us ? b : ss_cfg.poll_us;
 }
 
@@ -245,6 +337,7 @@ bool ss_wait_arm(struct ss_wait *wt)
 		ss_tp->worker_sleepers(w, 1);
 		wt->sleeper = true;
 	}
+	wt->slept = true;
 	return ss_tp->worker_arm(w) == 0;
 }
 

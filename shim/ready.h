@@ -39,17 +39,22 @@ void ss_ready_mirror_put(struct ss_sock *s);
  * how often spinning found work, then arms them and sleeps in the kernel.
  */
 struct ss_wait {
-	uint64_t start_us, deadline_us; /* deadline UINT64_MAX: none */
+	uint64_t origin_us;  /* when the call began (ss_wait_begin) */
+	uint64_t start_us, deadline_us; /* this spin's start; deadline UINT64_MAX: none */
 	uint64_t spin_end_us;
 	uint64_t now_us;   /* the last clock reading (read every 4th round of a spin) */
 	unsigned sig_seen; /* signal handlers run by this thread when the wait began */
 	bool pollers;      /* counted in the worker's pollers */
 	bool sleeper;      /* counted in the worker's sleepers (asleep on CQ events) */
+	bool slept;        /* it slept in the kernel at least once */
 	unsigned rounds;
 };
 
 /* Begins a wait of timeout_ms (-1: none). */
 void ss_wait_begin(struct ss_wait *wt, int timeout_ms);
+
+/* After a sleep that brought the caller nothing: spins again, same deadline. */
+void ss_wait_resume(struct ss_wait *wt);
 
 /* What a wait does after a look that found nothing. */
 enum ss_wait_next {
@@ -62,7 +67,10 @@ enum ss_wait_next {
 /* One step of the wait after a look that found nothing (spins one round when it may). */
 enum ss_wait_next ss_wait_next(struct ss_wait *wt);
 
-/* Spinning found what the wait waited for: the budget learns. */
+/*
+ * The wait found what it waited for: the budget learns how long that took,
+ * spinning or asleep (a sleep that a spin of that length would have saved).
+ */
 void ss_wait_hit(struct ss_wait *wt);
 
 /*
@@ -86,10 +94,19 @@ void ss_wait_end(struct ss_wait *wt);
 /* True when the CQs should be polled at all (a transport is loaded). */
 bool ss_wait_has_transport(void);
 
-/* Threads asleep in poll or select: readiness changes wake them (ss_ready_wake_pollers). */
+/*
+ * Threads asleep in poll or select: readiness changes wake them
+ * (ss_ready_wake_pollers), each through its own eventfd
+ * (ss_ready_poll_wake_fd, made on first use; -1 if none could be made).
+ * A sleeper counts itself (ss_ready_poll_sleep(1)) before its last look,
+ * and drains its fd when the kernel says it was written.
+ */
 void ss_ready_poll_sleep(int delta);
 void ss_ready_wake_pollers(void);
 int ss_ready_poll_wake_fd(void);
 void ss_ready_poll_drain(void);
+
+/* In a forked child: the parent's other threads sleep nowhere here. */
+void ss_ready_after_fork(void);
 
 #endif

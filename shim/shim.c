@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include "shim/real.h"
+#include "shim/ready.h"
 #include "shim/shim.h"
 #include "shim/stats.h"
 #include "transport/log.h"
@@ -72,6 +73,7 @@ static void after_fork_child(void)
 	ss_loader_after_fork();
 	ss_cache_after_fork();
 	ss_stats_after_fork();
+	ss_ready_after_fork();
 	ss_sock_for_each(forget_connection);
 	ss_sock_for_each(forget_stats);
 	if (ss_tp)

@@ -81,6 +81,8 @@ struct ss_sock {
 	struct ss_opt_rec opts[16];
 	int n_opts;
 	atomic_int nonblock; /* O_NONBLOCK of its open file: -1 not known (ask), 0, 1 */
+	/* SO_RCVTIMEO, SO_SNDTIMEO in ms: -1 not known (ask), 0 none; kept by setsockopt */
+	atomic_int timeo_ms[2];
 	bool cork;
 
 	/* negotiation (under lock) */

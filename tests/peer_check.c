@@ -17,7 +17,7 @@
  *       MSG_MORE) goes out after at most 200 ms even without an uncork;
  *       a read with SO_RCVTIMEO (set before connect) times out with EAGAIN;
  *       a read that signals interrupt goes on under SA_RESTART and fails
- *       with EINTR without it; writes to a peer that does not read fail
+ *       with EINTR without it, or when the socket has SO_RCVTIMEO; writes to a peer that does not read fail
  *       with EAGAIN under SO_SNDTIMEO, and every byte accepted arrives; a
  *       blocking sendmsg of 300 iovecs takes every byte, and MSG_WAITALL
  *       and writev with 300 iovecs move all of them back
@@ -379,6 +379,18 @@ static int calls_client(struct sockaddr_in *sa)
 	if (!check(n < 0 && errno == EINTR, "no SA_RESTART: the read did not fail with EINTR"))
 		return 1;
 	if (!check(read(fd, &c, 1) == 1 && c == 'D', "the answer after EINTR"))
+		return 1;
+
+	/* With SO_RCVTIMEO set, even SA_RESTART does not restart the read: EINTR (signal(7)). */
+	set_timeout(fd, SO_RCVTIMEO, 5000000);
+	alarms(1, 1);
+	write_all(fd, "d", 1);
+	n = read(fd, &c, 1);
+	alarms(0, 1);
+	if (!check(n < 0 && errno == EINTR, "SO_RCVTIMEO and SA_RESTART: the read did not fail with EINTR"))
+		return 1;
+	set_timeout(fd, SO_RCVTIMEO, 0);
+	if (!check(read(fd, &c, 1) == 1 && c == 'D', "the answer after EINTR (SO_RCVTIMEO)"))
 		return 1;
 
 	/* SO_SNDTIMEO: the server does not read for 1.5 s; writes end with EAGAIN. */

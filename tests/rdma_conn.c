@@ -106,10 +106,8 @@ static void *writer(void *arg)
 			struct iovec iov = {buf + off, n - off};
 			ssize_t r = ss_conn_send(e->c, &iov, 1, false);
 			if (r == -EAGAIN) {
-				/* As the shim waits: spin on the CQs, then sleep until a report. */
 				e->write_calls_full++;
-				if (!ss_conn_spin(e->c, 200))
-					wait_change(e->wevfd);
+				wait_change(e->wevfd);
 				continue;
 			}
 			assert_true(r > 0);

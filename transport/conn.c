@@ -16,7 +16,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
-#include <sched.h>
 #include <time.h>
 
 #include "transport/handoff.h"
@@ -339,9 +338,7 @@ void ss_conn_after_events(struct ss_conn *c, bool edge)
 	}
 	if (c->eos_done || c->st == ST_FAILED || (!ss_conn_tx_pending(c) && c->tx_done == c->tx_posted))
 		pthread_cond_broadcast(&c->drained);
-	/* A spinning application thread consumes what comes and reports when it leaves. */
-	if (!c->spinners)
-		ss_conn_report(c, edge);
+	ss_conn_report(c, edge);
 }
 
 /*
@@ -367,45 +364,9 @@ void ss_conn_on_wcs(struct ss_conn *c, const struct ibv_wc *wc, int n, bool recv
 		ss_srq_taken(c->srq, (uint32_t)n);
 	for (int i = 0; i < n; i++)
 		edge |= ss_conn_on_completion(c, &wc[i], recv);
-	atomic_fetch_add_explicit(&c->seen, 1, memory_order_release);
 	if (c->st != ST_DEAD)
 		ss_conn_after_events(c, edge);
 	pthread_mutex_unlock(&c->lock);
-}
-
-bool ss_conn_spin(struct ss_conn *c, unsigned usec)
-{
-	uint64_t end = ss_now_us() + usec;
-	uint32_t seen = atomic_load_explicit(&c->seen, memory_order_acquire);
-	bool got = false;
-
-	pthread_mutex_lock(&c->lock);
-	c->spinners++;
-	pthread_mutex_unlock(&c->lock);
-	ss_cqs_poll_begin(c->cqs);
-	for (unsigned round = 0;; round++) {
-		/* A spinner polls only when no other thread does: the holder hands us ours. */
-		ss_cqs_try_poll(c->cqs);
-		if (atomic_load_explicit(&c->seen, memory_order_acquire) != seen) {
-			got = true;
-			break;
-		}
-		/* The clock only every 4th round: it may be a system call (a guest's HPET). */
-		if (round % 4 == 0 && ss_now_us() >= end)
-			break;
-		sched_yield();
-	}
-	pthread_mutex_lock(&c->lock);
-	c->spinners--;
-	pthread_mutex_unlock(&c->lock);
-	ss_cqs_poll_end(c->cqs); /* re-arms and polls: may hand us more */
-	pthread_mutex_lock(&c->lock);
-	if (atomic_load_explicit(&c->seen, memory_order_acquire) != seen || c->st != ST_RUNNING)
-		got = true;
-	if (!got && !c->spinners)
-		ss_conn_report(c, false);
-	pthread_mutex_unlock(&c->lock);
-	return got;
 }
 
 static void conn_on_timer(struct ss_timer *t, uint64_t now_ms)

@@ -253,15 +253,6 @@ void ss_conn_resync(struct ss_conn *c);
  */
 int ss_conn_drain(struct ss_conn *c, int timeout_ms);
 
-/*
- * For a blocking call about to sleep: polls the connection's CQs from the
- * caller's thread for up to usec microseconds (no system call, no thread
- * hop), and stops at the first completion. Returns true if anything
- * happened (or the connection stopped running): the caller tries again;
- * false: nothing came, events are armed, the caller may sleep.
- */
-bool ss_conn_spin(struct ss_conn *c, unsigned usec);
-
 /* Statistics snapshot. */
 void ss_conn_get_stats(struct ss_conn *c, struct ss_conn_stats *st);
 
@@ -319,7 +310,6 @@ struct ss_transport_ops {
 	unsigned (*conn_ready)(struct ss_conn *c);
 	void (*conn_resync)(struct ss_conn *c);
 	int (*conn_drain)(struct ss_conn *c, int timeout_ms);
-	bool (*conn_spin)(struct ss_conn *c, unsigned usec);
 	void (*conn_get_stats)(struct ss_conn *c, struct ss_conn_stats *st);
 	void (*conn_destroy)(struct ss_conn *c);
 	void (*worker_get_stats)(struct ss_worker *w, struct ss_worker_stats *st);
@@ -329,7 +319,7 @@ struct ss_transport_ops {
 
 extern const struct ss_transport_ops ss_transport_ops;
 
-#define SS_TRANSPORT_OPS_VERSION 6
+#define SS_TRANSPORT_OPS_VERSION 7
 #define SS_TRANSPORT_OPS_SYMBOL  "ss_transport_ops"
 
 #endif

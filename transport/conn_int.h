@@ -8,7 +8,6 @@
 #define SS_TRANSPORT_CONN_INT_H
 
 #include <pthread.h>
-#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -92,7 +91,6 @@ struct ss_conn {
 	struct ss_srq *srq;
 	uint32_t hold_max; /* blocks held unread before copies go to the heap */
 	uint32_t held;
-	atomic_uint seen; /* completions handed to us; spinners watch it */
 	bool last_wqe;
 	bool tx_wait; /* counted in the CQ set's send waiters */
 	struct ss_blk *rel; /* received blocks to repost at the next push */
@@ -117,7 +115,6 @@ struct ss_conn {
 	enum conn_state st;
 	bool eos_wanted, eos_posted, eos_done;
 	bool draining; /* ss_conn_drain() waits */
-	int spinners;  /* application threads polling the CQs in ss_conn_spin() */
 	bool tcp_gone;
 	uint64_t gone_deadline;
 	struct ss_timer timer; /* one timer for all deadlines below (worker lock) */
