@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+#include "shim/epoll.h"
 #include "shim/real.h"
 #include "shim/ready.h"
 #include "shim/shim.h"
@@ -74,6 +75,8 @@ static void after_fork_child(void)
 	ss_cache_after_fork();
 	ss_stats_after_fork();
 	ss_ready_after_fork();
+	ss_epoll_after_fork();
+	ss_signal_after_fork();
 	ss_sock_for_each(forget_connection);
 	ss_sock_for_each(forget_stats);
 	if (ss_tp)
