@@ -374,30 +374,27 @@ static int client_plain_connect(struct ss_sock *s, int fd, enum ss_reason why)
 	return ret;
 }
 
-int ss_client_connect(struct ss_sock *s, int fd, const struct sockaddr *addr, socklen_t alen)
+/*
+ * Prepare: whether to try, and everything slow made before the SYN (loading
+ * verbs, opening the device, making the QP), so a server that writes first
+ * waits only a short bound for our HELLO, counted from its accept. Returns
+ * SS_REASON_NONE with the connection made and the pair entered, or why the
+ * connection stays on TCP (with nothing of a connection left behind).
+ */
+static enum ss_reason client_prepare(struct ss_sock *s, int fd, const struct sockaddr *addr,
+					socklen_t alen, struct sockaddr_storage *predicted)
 {
-	struct sockaddr_storage predicted, local;
-	socklen_t llen = sizeof(local);
 	enum ss_dest_state dest;
 	enum ss_reason r;
-	int ret;
 
-	memcpy(&s->dst, addr, alen < sizeof(s->dst) ? alen : sizeof(s->dst));
-	s->dst_len = alen;
 	if (ss_cfg.mode == SS_MODE_TCP || !ss_policy_allows(&ss_peers, addr))
-		/* Never probed: a destination outside the policy sees no HELLO. */
-		return client_plain_connect(s, fd, SS_REASON_POLICY);
+		return SS_REASON_POLICY; /* never probed: a destination outside the policy sees no HELLO */
 	dest = ss_cache_begin(addr, &s->prober);
 	if (dest == SS_DEST_PLAIN)
-		return client_plain_connect(s, fd, SS_REASON_PEER_PLAIN);
+		return SS_REASON_PEER_PLAIN;
 	s->dest_shimmed = dest == SS_DEST_SHIMMED;
-	/*
-	 * Everything slow (loading verbs, opening the device, making the QP)
-	 * happens before the SYN: a server that writes first waits only a
-	 * short bound for our HELLO, counted from its accept.
-	 */
-	r = client_predict_local(s, addr, alen, &predicted) ? ss_make_conn(s, fd, &predicted)
-							    : SS_REASON_RESOURCE;
+	r = client_predict_local(s, addr, alen, predicted) ? ss_make_conn(s, fd, predicted)
+							   : SS_REASON_RESOURCE;
 	if (r == SS_REASON_NONE && (ss_bg_start(s) != 0 || ss_enter_pair(s) != 0))
 		r = SS_REASON_RESOURCE;
 	if (r == SS_REASON_NONE) {
@@ -405,11 +402,26 @@ int ss_client_connect(struct ss_sock *s, int fd, const struct sockaddr *addr, so
 		s->hold_max = ss_tp->conn_send_capacity(s->conn);
 		if (s->hold_max > SS_HOLD_MAX)
 			s->hold_max = SS_HOLD_MAX;
+		return r;
 	}
+	if (s->conn)
+		client_drop_conn(s);
+	client_record(s, SS_DEST_UNKNOWN);
+	return r;
+}
+
+int ss_client_connect(struct ss_sock *s, int fd, const struct sockaddr *addr, socklen_t alen)
+{
+	struct sockaddr_storage predicted, local;
+	socklen_t llen = sizeof(local);
+	enum ss_reason r;
+	int ret;
+
+	memcpy(&s->dst, addr, alen < sizeof(s->dst) ? alen : sizeof(s->dst));
+	s->dst_len = alen;
+	r = client_prepare(s, fd, addr, alen, &predicted);
 	if (r != SS_REASON_NONE) {
-		if (s->conn)
-			client_drop_conn(s);
-		client_record(s, SS_DEST_UNKNOWN);
+		/* The one way to TCP before the SYN. */
 		if (s->tcp_fd >= 0 && ss_leave_pair(s) != 0)
 			return -EBADF;
 		return client_plain_connect(s, fd, r);

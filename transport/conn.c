@@ -175,12 +175,12 @@ static void conn_rx_push(struct ss_conn *c, struct ss_blk *b, uint32_t len)
 
 	*e = (struct rx_ent){.blk = b, .len = len};
 	/* Above the watermark the bytes leave registered memory: a slow reader holds no pool. */
-	if (c->srq && c->held >= c->hold_max && (e->heap = malloc(len)) != NULL) {
+	if (c->held >= c->hold_max && (e->heap = malloc(len)) != NULL) {
 		memcpy(e->heap, b->addr, len);
 		e->blk = NULL;
 		c->be->release(c, b);
 		c->pub->copied_out++;
-	} else if (c->srq) {
+	} else {
 		c->held++;
 	}
 	c->rxq_count++;
@@ -190,7 +190,8 @@ static void conn_rx_push(struct ss_conn *c, struct ss_blk *b, uint32_t len)
 void ss_conn_unpin(struct ss_conn *c)
 {
 	pthread_mutex_lock(&c->lock);
-	for (uint32_t i = 0; c->srq && i < c->rxq_count; i++) {
+	/* Only blocks of a shared pool are worth a copy: a private queue's are its own. */
+	for (uint32_t i = 0; c->be->shared_receives && i < c->rxq_count; i++) {
 		struct rx_ent *e = &c->rxq[(c->rxq_head + i) % c->n_rxq];
 
 		if (!e->blk || !(e->heap = malloc(e->len)))
@@ -215,8 +216,7 @@ static void conn_rx_pop(struct ss_conn *c)
 		free(e->heap);
 	} else {
 		c->be->release(c, e->blk);
-		if (c->srq)
-			c->held--;
+		c->held--;
 	}
 	c->rxq_head = (c->rxq_head + 1) % c->n_rxq;
 	c->rxq_count--;
@@ -360,8 +360,8 @@ void ss_conn_on_wcs(struct ss_conn *c, const struct ibv_wc *wc, int n, bool recv
 	bool edge = false;
 
 	pthread_mutex_lock(&c->lock);
-	if (recv && c->srq)
-		ss_srq_taken(c->srq, (uint32_t)n);
+	if (recv)
+		c->be->received(c, (uint32_t)n);
 	for (int i = 0; i < n; i++)
 		edge |= ss_conn_on_completion(c, &wc[i], recv);
 	if (c->st != ST_DEAD)
@@ -853,7 +853,7 @@ void ss_conn_destroy(struct ss_conn *c)
 	if (c->st != ST_FAILED && c->st != ST_CREATED)
 		ss_qp_to_error(c->qp);
 	/* On an SRQ the spec's order: error state, last-WQE event (bounded wait), drain, destroy. */
-	c->free_at = c->srq && c->st != ST_CREATED ? ss_now_ms() + SS_LAST_WQE_MS : 0;
+	c->free_at = c->be->shared_receives && c->st != ST_CREATED ? ss_now_ms() + SS_LAST_WQE_MS : 0;
 	if (c->tx_wait) {
 		c->tx_wait = false;
 		ss_cqs_want_tx(c->cqs, false);
@@ -882,8 +882,7 @@ void ss_conn_free(struct ss_conn *c)
 	/* Whatever is still held goes back: queued data, and send blocks never completed. */
 	while (c->rxq_count)
 		conn_rx_pop(c);
-	if (c->rel)
-		ss_srq_repost(c->srq, c->rel);
+	c->be->repost(c);
 	for (uint32_t s = c->tx_done; s != c->tx_open; s++)
 		if (c->tx_blk[s % c->n_tx])
 			ss_pool_put(c->txp, c->tx_blk[s % c->n_tx]);

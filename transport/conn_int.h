@@ -62,10 +62,17 @@ struct backend {
 	void (*release)(struct ss_conn *c, struct ss_blk *b);
 	/* Blocks released since the last push go back where receives are posted; lock held. */
 	void (*repost)(struct ss_conn *c);
+	/* n receives of c completed: that many fewer are posted where its receives come from. */
+	void (*received)(struct ss_conn *c, uint32_t n);
 	/* Credits a grant may return now. */
 	uint32_t (*grant_limit)(struct ss_conn *c);
 	/* Destroys the QP (its last completions polled) and the receive side; progress thread, at free. */
 	void (*teardown)(struct ss_conn *c);
+	/*
+	 * The QP's receives come from a queue it shares: in the error state it
+	 * waits for the last-WQE-reached event (bounded) before it is destroyed.
+	 */
+	bool shared_receives;
 };
 
 struct ss_conn {
@@ -89,7 +96,7 @@ struct ss_conn {
 	uint32_t n_rx; /* receives reserved in rcq (private RQ) */
 	/* SRQ: the shared side */
 	struct ss_srq *srq;
-	uint32_t hold_max; /* blocks held unread before copies go to the heap */
+	uint32_t hold_max; /* blocks held unread before copies go to the heap (UINT32_MAX: never) */
 	uint32_t held;
 	bool last_wqe;
 	bool tx_wait; /* counted in the CQ set's send waiters */

@@ -49,6 +49,7 @@ static int rq_setup(struct ss_conn *c, const struct ss_transport_cfg *cfg, struc
 	int ret;
 
 	c->n_rx = cfg->rx_window + cfg->ctrl_reserve;
+	c->hold_max = UINT32_MAX; /* its buffers are its own: a slow reader holds no one else's */
 	caps = (struct ss_qp_caps){cfg->sq_depth, c->n_rx, cfg->max_inline};
 	ret = ss_pool_init(&c->rxp, c->dc->pd, c->buf_size, c->n_rx, c->n_rx, 1);
 	if (ret)
@@ -91,6 +92,12 @@ static int rq_post_initial(struct ss_conn *c)
 	return ret;
 }
 
+static void rq_received(struct ss_conn *c, uint32_t n)
+{
+	(void)c; /* its own receive queue: rq_release posts each buffer again */
+	(void)n;
+}
+
 static uint32_t rq_grant_limit(struct ss_conn *c)
 {
 	(void)c;
@@ -109,6 +116,7 @@ const struct backend ss_rq_backend = {
 	.post_initial = rq_post_initial,
 	.release = rq_release,
 	.repost = rq_repost,
+	.received = rq_received,
 	.grant_limit = rq_grant_limit,
 	.teardown = rq_teardown,
 };

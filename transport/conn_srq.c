@@ -62,6 +62,11 @@ static void srq_repost(struct ss_conn *c)
 	}
 }
 
+static void srq_received(struct ss_conn *c, uint32_t n)
+{
+	ss_srq_taken(c->srq, n);
+}
+
 static uint32_t srq_grant_limit(struct ss_conn *c)
 {
 	uint32_t cap = ss_srq_free_capacity(c->srq);
@@ -81,6 +86,8 @@ const struct backend ss_srq_backend = {
 	.post_initial = srq_post_initial,
 	.release = srq_release,
 	.repost = srq_repost,
+	.received = srq_received,
 	.grant_limit = srq_grant_limit,
 	.teardown = srq_teardown,
+	.shared_receives = true,
 };
