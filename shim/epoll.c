@@ -698,6 +698,43 @@ static void ep_awake(struct ss_ep *e)
 }
 
 /*
+ * A thread cancelled asleep in epoll_wait (a cancellation point): it stops
+ * counting as a sleeper and a poller, and its call's reference goes.
+ */
+struct ep_sleep {
+	struct ss_ep *e;
+	struct ss_wait *wt;
+};
+
+static void ep_cancelled(void *arg)
+{
+	struct ep_sleep *sl = arg;
+
+	ss_wait_end(sl->wt);
+	ep_awake(sl->e);
+	ep_put(sl->e);
+}
+
+static int ep_real_wait(struct ss_ep *e, struct epoll_event *evs, int max, int timeout_ms,
+			const sigset_t *mask)
+{
+	return mask ? ss_real.epoll_pwait(e->epfd, evs, max, timeout_ms, mask)
+		    : ss_real.epoll_wait(e->epfd, evs, max, timeout_ms);
+}
+
+static int ep_asleep(struct ss_ep *e, struct epoll_event *evs, int max, int timeout_ms,
+		     const sigset_t *mask, struct ss_wait *asleep)
+{
+	struct ep_sleep sl = {e, asleep};
+	int n;
+
+	pthread_cleanup_push(ep_cancelled, &sl);
+	n = ep_real_wait(e, evs, max, timeout_ms, mask);
+	pthread_cleanup_pop(0);
+	return n;
+}
+
+/*
  * Asks the kernel (timeout_ms; 0: no wait) and keeps the application's
  * events; the shim's own are taken care of. asleep: the caller's wait,
  * counted among e's sleepers and the worker's (ss_wait_arm); it stops
@@ -708,8 +745,8 @@ static void ep_awake(struct ss_ep *e)
 static int ep_kernel_wait(struct ss_ep *e, struct epoll_event *evs, int max, int timeout_ms,
 			  const sigset_t *mask, bool *woken, struct ss_wait *asleep)
 {
-	int n = mask ? ss_real.epoll_pwait(e->epfd, evs, max, timeout_ms, mask)
-		     : ss_real.epoll_wait(e->epfd, evs, max, timeout_ms);
+	int n = asleep ? ep_asleep(e, evs, max, timeout_ms, mask, asleep)
+		       : ep_real_wait(e, evs, max, timeout_ms, mask);
 	int err = errno, k = 0;
 
 	if (asleep) {
@@ -784,7 +821,7 @@ int ss_epoll_wait(int epfd, struct epoll_event *evs, int max, int timeout_ms,
 	if (e->kernel_only || !ss_wait_has_transport()) {
 		/* The kernel's alone; counted, so that no registration leaves its sight meanwhile. */
 		atomic_fetch_add(&e->blind_sleepers, 1);
-		ss_wait_begin(&wt, timeout_ms);
+		ss_wait_begin(&wt, timeout_ms, ss_sig_any());
 		do {
 			/* Our own entries may still be in its set: they are taken care of. */
 			woken = false;
@@ -795,7 +832,7 @@ int ss_epoll_wait(int epfd, struct epoll_event *evs, int max, int timeout_ms,
 		return n;
 	}
 	ep_add_internal(e);
-	ss_wait_begin(&wt, timeout_ms);
+	ss_wait_begin(&wt, timeout_ms, ss_sig_any());
 	for (;;) {
 		bool os = atomic_load_explicit(&e->n_kernel, memory_order_relaxed) > 0;
 

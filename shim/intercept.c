@@ -616,12 +616,10 @@ EXPORT int setsockopt(int fd, int level, int name, const void *val, socklen_t le
 		}
 		pthread_mutex_unlock(&s->lock);
 		if (level == SOL_SOCKET && (name == SO_RCVTIMEO || name == SO_SNDTIMEO)) {
-			/* Asked again at the next wait that needs it. */
-			atomic_store_explicit(&s->timeo_ms[name == SO_SNDTIMEO], -1,
-					      memory_order_relaxed);
 			/* The application's fd itself keeps its own timeouts and flags. */
 			if (tfd != fd)
 				ss_real.setsockopt(fd, level, name, val, len);
+			ss_io_timeo_changed(s, name == SO_SNDTIMEO);
 		}
 	}
 	ss_sock_put(s);

@@ -107,22 +107,58 @@ static bool io_poll_cqs(void)
 	return w && ss_tp->worker_poll(w) > 0;
 }
 
-/* SO_RCVTIMEO (out: SO_SNDTIMEO) in ms, rounded up; -1: none. Asked once, then kept. */
+/* SO_RCVTIMEO (out: SO_SNDTIMEO) of s as the kernel has it: ms rounded up, at most INT_MAX; 0: none. */
+static int io_timeo_read(struct ss_sock *s, bool out)
+{
+	struct timeval tv = {0, 0};
+	socklen_t len = sizeof(tv);
+	int tfd = s->tcp_fd >= 0 ? s->tcp_fd : s->fds[0];
+	long long ms;
+
+	if (ss_real.getsockopt(tfd, SOL_SOCKET, out ? SO_SNDTIMEO : SO_RCVTIMEO, &tv, &len) != 0)
+		return 0;
+	ms = (long long)tv.tv_sec * 1000 + (tv.tv_usec + 999) / 1000;
+	return ms > INT_MAX ? INT_MAX : (int)ms;
+}
+
+/*
+ * The application set the timeout (after the kernel took it). Stored, not
+ * forgotten: a wait that read the old value meanwhile cannot store that
+ * over this one (io_timeout_ms stores only over "not known").
+ */
+void ss_io_timeo_changed(struct ss_sock *s, bool out)
+{
+	atomic_store_explicit(&s->timeo_ms[out], io_timeo_read(s, out), memory_order_relaxed);
+}
+
+/* SO_RCVTIMEO (out: SO_SNDTIMEO) in ms; -1: none. Asked once, then kept. */
 static int io_timeout_ms(struct ss_sock *s, bool out)
 {
 	int ms = atomic_load_explicit(&s->timeo_ms[out], memory_order_relaxed);
 
 	if (ms < 0) {
-		struct timeval tv = {0, 0};
-		socklen_t len = sizeof(tv);
-		int tfd = s->tcp_fd >= 0 ? s->tcp_fd : s->fds[0];
+		int unknown = -1;
 
-		if (ss_real.getsockopt(tfd, SOL_SOCKET, out ? SO_SNDTIMEO : SO_RCVTIMEO, &tv, &len) != 0)
-			tv = (struct timeval){0, 0};
-		ms = (int)(tv.tv_sec * 1000 + (tv.tv_usec + 999) / 1000);
-		atomic_store_explicit(&s->timeo_ms[out], ms, memory_order_relaxed);
+		ms = io_timeo_read(s, out);
+		if (!atomic_compare_exchange_strong_explicit(&s->timeo_ms[out], &unknown, ms,
+							     memory_order_relaxed, memory_order_relaxed))
+			ms = unknown; /* set meanwhile: the newer value */
 	}
 	return ms ? ms : -1;
+}
+
+/*
+ * The signal handlers this thread had run when the application's call
+ * began: a handler run since ends its waits (whichever of them it comes
+ * between), as it would end the kernel's call.
+ */
+struct io_sig {
+	unsigned any, no_restart;
+};
+
+static struct io_sig io_sig_now(void)
+{
+	return (struct io_sig){ss_sig_any(), ss_sig_no_restart()};
 }
 
 /*
@@ -135,22 +171,24 @@ static int io_timeout_ms(struct ss_sock *s, bool out)
  * which the kernel never restarts. Returns 0 (something changed: the
  * caller tries again), -EAGAIN (timeout) or -EINTR.
  */
-static int io_wait_upgraded(struct ss_sock *s, int fd, bool out)
+static int io_wait_upgraded(struct ss_sock *s, int fd, bool out, struct io_sig *sig)
 {
 	int timeo = io_timeout_ms(s, out);
 	struct pollfd p = {.fd = fd, .events = out ? POLLOUT : POLLIN};
 	bool handled;
 
 	for (;;) {
-		unsigned sig = ss_sig_no_restart();
-		int r = ss_poll(&p, 1, timeo, NULL, &handled);
+		int r = ss_poll_since(&p, 1, timeo, NULL, sig->any, &handled);
 
 		if (!handled || r > 0)
 			return 0;
 		if (r == 0)
 			return -EAGAIN;
-		if (r != -EINTR || timeo >= 0 || ss_sig_no_restart() != sig)
-			return r == -EINTR ? -EINTR : 0;
+		if (r != -EINTR)
+			return 0;
+		if (timeo >= 0 || ss_sig_no_restart() != sig->no_restart)
+			return -EINTR;
+		sig->any = ss_sig_any(); /* only SA_RESTART handlers ran: the call goes on */
 	}
 }
 
@@ -166,7 +204,7 @@ static int io_wait_upgraded(struct ss_sock *s, int fd, bool out)
  * (io_wait_upgraded). Returns 0 (something changed: the caller tries
  * again), -EAGAIN (timeout) or -EINTR.
  */
-static int io_wait_app_fd(struct ss_sock *s, int fd, bool out)
+static int io_wait_app_fd(struct ss_sock *s, int fd, bool out, struct io_sig *sig)
 {
 	bool up = ss_sock_state(s) == SS_SOCK_UPGRADED;
 	/* Asleep in the kernel on the mirror (now, or once upgraded): it must show the truth. */
@@ -177,7 +215,7 @@ static int io_wait_app_fd(struct ss_sock *s, int fd, bool out)
 	int err;
 
 	if (up)
-		return io_wait_upgraded(s, fd, out);
+		return io_wait_upgraded(s, fd, out, sig);
 	if (mirrored)
 		ss_ready_mirror_get(s);
 	if (out) {
@@ -281,6 +319,7 @@ static int io_strip_for_read(struct ss_sock *s, int fd, int flags)
  */
 static int io_wait_decision(struct ss_sock *s, int fd, int flags, bool out)
 {
+	struct io_sig sig = io_sig_now();
 	int st;
 
 	pthread_mutex_lock(&s->lock);
@@ -294,7 +333,7 @@ static int io_wait_decision(struct ss_sock *s, int fd, int flags, bool out)
 		return 0;
 	if (!io_would_wait(s, fd, flags))
 		return -EAGAIN;
-	return io_wait_app_fd(s, fd, out);
+	return io_wait_app_fd(s, fd, out, &sig);
 }
 
 /*
@@ -344,6 +383,7 @@ static ssize_t io_up_result(struct ss_sock *s, ssize_t r)
 static ssize_t io_up_recv(struct ss_sock *s, int fd, const struct iovec *iov, int n, int flags)
 {
 	bool peek = flags & MSG_PEEK, waitall = (flags & MSG_WAITALL) && !peek, polled = false;
+	struct io_sig sig = io_sig_now();
 	size_t want, got = 0;
 	struct io_vec local;
 	ssize_t r;
@@ -374,7 +414,7 @@ static ssize_t io_up_recv(struct ss_sock *s, int fd, const struct iovec *iov, in
 			}
 			break;
 		}
-		r = io_wait_app_fd(s, fd, false);
+		r = io_wait_app_fd(s, fd, false, &sig);
 		if (r)
 			break;
 		if (ss_sock_state(s) != SS_SOCK_UPGRADED) {
@@ -395,6 +435,7 @@ static ssize_t io_up_recv(struct ss_sock *s, int fd, const struct iovec *iov, in
 static ssize_t io_up_send(struct ss_sock *s, int fd, struct io_vec *local, size_t want, int flags)
 {
 	bool more = (flags & MSG_MORE) || s->cork, polled = false;
+	struct io_sig sig = io_sig_now();
 	size_t sent = 0;
 	ssize_t r = 0;
 
@@ -408,7 +449,7 @@ static ssize_t io_up_send(struct ss_sock *s, int fd, struct io_vec *local, size_
 			continue;
 		}
 		if (r == -EAGAIN && io_would_wait(s, fd, flags)) {
-			r = io_wait_app_fd(s, fd, true);
+			r = io_wait_app_fd(s, fd, true, &sig);
 			if (r == 0 && ss_sock_state(s) != SS_SOCK_UPGRADED)
 				r = -SS_REDO;
 			if (r == 0)

@@ -26,6 +26,9 @@ bool ss_io_take_reset(struct ss_sock *s);
 /* Untracks s when it is plain for good (its calls then cost one table read). */
 void ss_io_forget_if_plain(struct ss_sock *s);
 
+/* The application set SO_RCVTIMEO (out: SO_SNDTIMEO) on s: waits use the new value. */
+void ss_io_timeo_changed(struct ss_sock *s, bool out);
+
 /* A write-like call on fd; as ss_io_recv(). */
 ssize_t ss_io_send(int fd, const struct iovec *iov, int n, int flags, bool *handled);
 

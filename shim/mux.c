@@ -9,6 +9,7 @@
 #include "shim/mux.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -75,6 +76,28 @@ static int poll_others_back(struct poll_call *pc)
 }
 
 /*
+ * A thread cancelled asleep in ppoll (a cancellation point): it stops
+ * counting as a sleeper and a poller. (What its call holds, the sockets'
+ * references and the kernel's array, stays: memory only.)
+ */
+static void poll_cancelled(void *arg)
+{
+	ss_wait_end(arg);
+	ss_ready_poll_sleep(-1);
+}
+
+static int poll_asleep(struct pollfd *k, nfds_t nk, const struct timespec *tsp,
+		       const sigset_t *mask, struct ss_wait *sleeping)
+{
+	int r;
+
+	pthread_cleanup_push(poll_cancelled, sleeping);
+	r = ss_real.ppoll(k, nk, tsp, mask);
+	pthread_cleanup_pop(0);
+	return r;
+}
+
+/*
  * Asks the kernel (the others; when sleeping, the channels and wake-up fd
  * too). sleeping: the caller's wait, counted among the poll sleepers and
  * the worker's (ss_wait_arm); it stops counting as soon as the kernel
@@ -94,7 +117,9 @@ static int poll_kernel(struct poll_call *pc, struct ss_wait *sleeping, int timeo
 	}
 	for (nfds_t i = 0; i < nk; i++)
 		pc->k[i].revents = 0;
-	r = mask || sleeping ? ss_real.ppoll(pc->k, nk, tsp, mask) : ss_real.poll(pc->k, nk, 0);
+	r = sleeping ? poll_asleep(pc->k, nk, tsp, mask, sleeping)
+	    : mask   ? ss_real.ppoll(pc->k, nk, tsp, mask)
+		     : ss_real.poll(pc->k, nk, 0);
 	err = errno;
 	if (sleeping) {
 		ss_wait_woke(sleeping);
@@ -144,7 +169,7 @@ static int poll_build(struct poll_call *pc)
 	return 0;
 }
 
-static int poll_run(struct poll_call *pc, int timeout_ms, const sigset_t *mask)
+static int poll_run(struct poll_call *pc, int timeout_ms, const sigset_t *mask, unsigned sig_base)
 {
 	struct ss_wait wt;
 	enum ss_wait_next next;
@@ -153,7 +178,7 @@ static int poll_run(struct poll_call *pc, int timeout_ms, const sigset_t *mask)
 	/* Every revents is ours to set, as the kernel's poll sets each. */
 	for (nfds_t i = 0; i < pc->n; i++)
 		pc->fds[i].revents = 0;
-	ss_wait_begin(&wt, timeout_ms);
+	ss_wait_begin(&wt, timeout_ms, sig_base);
 	for (;;) {
 		ready = poll_ours(pc);
 		if (pc->n_other && (ready || wt.rounds % POLL_OS_SPIN_EVERY == 0)) {
@@ -217,7 +242,7 @@ static bool poll_on_mirror(struct ss_sock *s)
 
 /* One round of ss_poll; *moved: a socket of ours left RDMA meanwhile (ask again). */
 static int poll_once(struct pollfd *fds, nfds_t n, int timeout_ms, const sigset_t *mask,
-		     bool *handled, bool *moved)
+		     unsigned sig_base, bool *handled, bool *moved)
 {
 	struct ss_sock *stack[2 * POLL_STACK], **mir, *s;
 	struct poll_call pc = {.fds = fds, .n = n};
@@ -254,7 +279,7 @@ static int poll_once(struct pollfd *fds, nfds_t n, int timeout_ms, const sigset_
 		*handled = true;
 		ret = poll_build(&pc);
 		if (ret == 0)
-			ret = poll_run(&pc, timeout_ms, mask);
+			ret = poll_run(&pc, timeout_ms, mask, sig_base);
 		free(pc.k);
 	} else if (mirrored) {
 		struct timespec ts = {timeout_ms / 1000, (long)(timeout_ms % 1000) * 1000000};
@@ -275,27 +300,43 @@ static int poll_once(struct pollfd *fds, nfds_t n, int timeout_ms, const sigset_
 	return ret;
 }
 
-int ss_poll(struct pollfd *fds, nfds_t n, int timeout_ms, const sigset_t *mask, bool *handled)
+int ss_poll_since(struct pollfd *fds, nfds_t n, int timeout_ms, const sigset_t *mask,
+		  unsigned sig_base, bool *handled)
 {
 	uint64_t end = timeout_ms < 0 ? UINT64_MAX : ss_now_ms() + (uint64_t)timeout_ms;
-	bool moved;
+	bool moved, restarted = false;
 	int ret;
 
 	/*
 	 * A connection that falls back during the wait (the server's side
 	 * before the client's READY) wakes the pollers; the call is made again
-	 * for what its fds are now, with the time left.
+	 * for what its fds are now, with the time left: by the kernel alone
+	 * (here, not by the caller, who knows only the whole timeout) when
+	 * none of them is ours any more.
 	 */
 	for (;;) {
 		uint64_t now;
 
-		ret = poll_once(fds, n, timeout_ms, mask, handled, &moved);
+		ret = poll_once(fds, n, timeout_ms, mask, sig_base, handled, &moved);
+		if (!*handled && restarted) {
+			struct timespec ts = {timeout_ms / 1000, (long)(timeout_ms % 1000) * 1000000};
+
+			*handled = true;
+			ret = ss_real.ppoll(fds, n, timeout_ms < 0 ? NULL : &ts, mask);
+			return ret < 0 ? -errno : ret;
+		}
 		if (!moved)
 			return ret;
+		restarted = true;
 		now = ss_now_ms();
 		if (end != UINT64_MAX)
 			timeout_ms = now >= end ? 0 : (int)(end - now);
 	}
+}
+
+int ss_poll(struct pollfd *fds, nfds_t n, int timeout_ms, const sigset_t *mask, bool *handled)
+{
+	return ss_poll_since(fds, n, timeout_ms, mask, ss_sig_any(), handled);
 }
 
 int ss_select(int nfds, fd_set *rd, fd_set *wr, fd_set *ex, int timeout_ms, const sigset_t *mask,

@@ -13,6 +13,14 @@
  */
 int ss_poll(struct pollfd *fds, nfds_t n, int timeout_ms, const sigset_t *mask, bool *handled);
 
+/*
+ * ss_poll for a call that began earlier (a blocking read that waits more
+ * than once): sig_base is ss_sig_any() when it began, and a handler run
+ * since ends the wait with -EINTR.
+ */
+int ss_poll_since(struct pollfd *fds, nfds_t n, int timeout_ms, const sigset_t *mask,
+		  unsigned sig_base, bool *handled);
+
 /* select/pselect, as ss_poll(). */
 int ss_select(int nfds, fd_set *rd, fd_set *wr, fd_set *ex, int timeout_ms, const sigset_t *mask,
 	      bool *handled);

@@ -79,6 +79,7 @@ void ss_ready_mirror_put(struct ss_sock *s)
 struct ready_sleeper {
 	int fd;
 	atomic_bool woken; /* written since its last drain */
+	bool listed;       /* in ready_list (under ready_list_lock) */
 	struct ready_sleeper *prev, *next;
 };
 
@@ -89,11 +90,34 @@ static __thread struct ready_sleeper *ready_me;
 static pthread_key_t ready_key;
 static pthread_once_t ready_key_once = PTHREAD_ONCE_INIT;
 
-/* A thread that ends: its eventfd goes (it is not asleep, so not listed). */
+/* Takes me off the sleepers' list if it is there. Under ready_list_lock. */
+static void ready_unlist(struct ready_sleeper *me)
+{
+	if (!me->listed)
+		return;
+	if (me->prev)
+		me->prev->next = me->next;
+	else
+		ready_list = me->next;
+	if (me->next)
+		me->next->prev = me->prev;
+	me->listed = false;
+	/* Sequentially consistent, as the readiness it looks at after counting (ss_ready_conn). */
+	atomic_fetch_sub(&ready_poll_sleepers, 1);
+}
+
+/*
+ * A thread that ends: its eventfd goes. It may still be listed when it
+ * was cancelled asleep in ppoll (a cancellation point): unlisted first.
+ */
 static void ready_thread_gone(void *arg)
 {
 	struct ready_sleeper *me = arg;
 
+	pthread_mutex_lock(&ready_list_lock);
+	ready_unlist(me);
+	pthread_mutex_unlock(&ready_list_lock);
+	ready_me = NULL;
 	ss_real.close(me->fd);
 	free(me);
 }
@@ -135,23 +159,19 @@ void ss_ready_poll_sleep(int delta)
 	if (!me)
 		return; /* no wake-up fd: its sleep is bounded by nothing we could wake */
 	pthread_mutex_lock(&ready_list_lock);
-	if (delta > 0) {
+	if (delta > 0 && !me->listed) {
 		me->prev = NULL;
 		me->next = ready_list;
 		if (ready_list)
 			ready_list->prev = me;
 		ready_list = me;
-	} else {
-		if (me->prev)
-			me->prev->next = me->next;
-		else
-			ready_list = me->next;
-		if (me->next)
-			me->next->prev = me->prev;
+		me->listed = true;
+		/* Sequentially consistent, as the readiness it looks at after counting (ss_ready_conn). */
+		atomic_fetch_add(&ready_poll_sleepers, 1);
+	} else if (delta < 0) {
+		ready_unlist(me);
 	}
 	pthread_mutex_unlock(&ready_list_lock);
-	/* Sequentially consistent, as the readiness it looks at after counting (ss_ready_conn). */
-	atomic_fetch_add(&ready_poll_sleepers, delta);
 }
 
 void ss_ready_wake_pollers(void)
@@ -188,10 +208,24 @@ void ss_ready_poll_drain(void)
 
 void ss_ready_after_fork(void)
 {
+	struct ready_sleeper *me = ready_me;
+
 	/* The other threads are the parent's; this one is not asleep. */
 	pthread_mutex_init(&ready_list_lock, NULL);
 	ready_list = NULL;
 	atomic_store(&ready_poll_sleepers, 0);
+	/*
+	 * This thread's eventfd is the parent's thread's too (a fork copies
+	 * the descriptor, not the counter): the child's wake-ups would land
+	 * in the parent's sleeper, and the parent's drains take the child's.
+	 * The child makes its own at its next wait.
+	 */
+	if (me) {
+		ready_me = NULL;
+		pthread_setspecific(ready_key, NULL);
+		ss_real.close(me->fd);
+		free(me);
+	}
 }
 
 /* ---- the wait engine ---- */
@@ -232,12 +266,16 @@ static void wait_spin_start(struct ss_wait *wt)
 		ss_tp->worker_poll(atomic_load_explicit(&ss_w, memory_order_acquire));
 	wt->start_us = wt->now_us = ss_now_us();
 	wt->spin_end_us = wt->start_us + (uint64_t)budget;
-	wt->sig_seen = ss_sig_any();
 	wt->rounds = 0;
 }
 
-void ss_wait_begin(struct ss_wait *wt, int timeout_ms)
+void ss_wait_begin(struct ss_wait *wt, int timeout_ms, unsigned sig_base)
 {
+	/*
+	 * Once per call, never again at a resume: a handler that runs between
+	 * two sleeps of one call ends it with EINTR, as it would the kernel's.
+	 */
+	wt->sig_seen = sig_base;
 	wt->pollers = false;
 	wt->sleeper = false;
 	wt->slept = false;

@@ -43,15 +43,18 @@ struct ss_wait {
 	uint64_t start_us, deadline_us; /* this spin's start; deadline UINT64_MAX: none */
 	uint64_t spin_end_us;
 	uint64_t now_us;   /* the last clock reading (read every 4th round of a spin) */
-	unsigned sig_seen; /* signal handlers run by this thread when the wait began */
+	unsigned sig_seen; /* signal handlers run by this thread when the call began */
 	bool pollers;      /* counted in the worker's pollers */
 	bool sleeper;      /* counted in the worker's sleepers (asleep on CQ events) */
 	bool slept;        /* it slept in the kernel at least once */
 	unsigned rounds;
 };
 
-/* Begins a wait of timeout_ms (-1: none). */
-void ss_wait_begin(struct ss_wait *wt, int timeout_ms);
+/*
+ * Begins a wait of timeout_ms (-1: none). sig_base: ss_sig_any() when the
+ * application's call began; any handler run since ends the wait (EINTR).
+ */
+void ss_wait_begin(struct ss_wait *wt, int timeout_ms, unsigned sig_base);
 
 /* After a sleep that brought the caller nothing: spins again, same deadline. */
 void ss_wait_resume(struct ss_wait *wt);

@@ -726,6 +726,36 @@ static void sc_threads(void)
 	pair_close();
 }
 
+/* A thread asleep in poll on S, cancelled there (poll is a cancellation point). */
+static void *poll_sleeper(void *arg)
+{
+	struct pollfd p = {.fd = pair_s, .events = POLLIN};
+
+	(void)arg;
+	poll(&p, 1, 10000);
+	return NULL;
+}
+
+/* A poller cancelled asleep: the next change wakes the living only, and poll goes on working. */
+static void sc_cancel(void)
+{
+	struct pollfd p = {.fd = -1, .events = POLLIN};
+	pthread_t th;
+	void *res;
+
+	pair_open();
+	pthread_create(&th, NULL, poll_sleeper, NULL);
+	usleep(300000); /* let it sleep */
+	pthread_cancel(th);
+	pthread_join(th, &res);
+	out("  thread %s\n", res == PTHREAD_CANCELED ? "cancelled" : "not cancelled");
+	put(pair_c, 10);
+	p.fd = pair_s;
+	pwait(&p, 1, LONG_MS);
+	take_all("S", pair_s, 10);
+	pair_close();
+}
+
 /* fork: the child ends at once; the parent's instance goes on as before. */
 static void sc_fork(void)
 {
@@ -765,6 +795,7 @@ static const struct {
 	{"poll", sc_poll},
 	{"select", sc_select},
 	{"threads", sc_threads},
+	{"cancel", sc_cancel},
 	{"fork", sc_fork},
 };
 

@@ -3,8 +3,9 @@
 # wait_check's scenarios (epoll level and edge triggered, one-shot, MOD,
 # shutdown and reset, maxevents below the ready count, two instances,
 # close and dup while registered, timeouts, signals, poll, select, a
-# sleeping thread, fork) run over kernel TCP, then under the shim in each
-# mode; every wait call must return what it returned over TCP.
+# sleeping thread, a poller cancelled asleep, fork) run over kernel TCP,
+# then under the shim in each mode; every wait call must return what it
+# returned over TCP.
 . "$(dirname "$0")/lib.sh"
 need_rdma
 
