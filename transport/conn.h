@@ -7,6 +7,7 @@
 #ifndef SS_TRANSPORT_CONN_H
 #define SS_TRANSPORT_CONN_H
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -68,7 +69,7 @@ struct ss_conn_hooks {
 
 /* An fd the progress thread watches, one shot: cb runs once fd shows one of the events. */
 struct ss_watch {
-	int tag; /* the progress loop's: set by ss_worker_watch() */
+	atomic_int tag; /* the progress loop's: set by ss_worker_watch() */
 	int fd;
 	bool added;
 	void (*cb)(struct ss_watch *wt, unsigned revents);

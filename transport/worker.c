@@ -122,8 +122,13 @@ int ss_worker_devctx(struct ss_worker *w, const struct ss_dev_override *ovr,
 		goto out;
 	}
 	memcpy(dc->key, key, 16);
-	dc->ep_tag = SS_TAG_CHANNEL;
-	dc->async_tag = SS_TAG_ASYNC;
+	/*
+	 * Released: the progress thread reads a tag (acquire) when the kernel
+	 * hands it the pointer, which only an epoll_ctl after this makes
+	 * possible; the kernel's ordering is one a race detector cannot see.
+	 */
+	atomic_store_explicit(&dc->ep_tag, SS_TAG_CHANNEL, memory_order_release);
+	atomic_store_explicit(&dc->async_tag, SS_TAG_ASYNC, memory_order_release);
 	ret = ss_device_open_for_addr(local, ovr, &dc->dev, &st);
 	if (ret) {
 		ss_log_info("no RDMA device for this connection: %s", ss_sel_status_str(st));
@@ -301,7 +306,7 @@ int ss_worker_watch(struct ss_worker *w, struct ss_watch *wt, int fd, unsigned e
 {
 	struct epoll_event ev = {.events = events | EPOLLONESHOT, .data.ptr = &wt->tag};
 
-	wt->tag = SS_TAG_WATCH;
+	atomic_store_explicit(&wt->tag, SS_TAG_WATCH, memory_order_release);
 	if (wt->added && wt->fd == fd && ss_sys_epoll_ctl(w->epfd, EPOLL_CTL_MOD, fd, &ev) == 0)
 		return 0;
 	if (wt->added && wt->fd != fd)
@@ -548,9 +553,9 @@ static void *progress_main(void *arg)
 		int n = ss_sys_epoll_wait(w->epfd, evs, 64, timeout);
 
 		for (int i = 0; i < n; i++) {
-			int *tag = evs[i].data.ptr;
+			atomic_int *tag = evs[i].data.ptr;
 
-			switch (*tag) {
+			switch (atomic_load_explicit(tag, memory_order_acquire)) {
 			case SS_TAG_WAKE: {
 				uint64_t v;
 				if (read(w->evfd, &v, sizeof(v)) < 0) {
@@ -619,7 +624,7 @@ int ss_worker_get(struct ss_worker **worker_p)
 	}
 	pthread_mutex_init(&w->lock, NULL);
 	pthread_mutex_init(&w->tasks_lock, NULL);
-	w->ep_tag = SS_TAG_WAKE;
+	atomic_store_explicit(&w->ep_tag, SS_TAG_WAKE, memory_order_release);
 	w->epfd = ss_sys_epoll_create();
 	w->evfd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 	ev.data.ptr = &w->ep_tag;

@@ -34,10 +34,10 @@ struct ss_devctx {
 	struct ibv_comp_channel *ch;
 	uint8_t (*gids)[16]; /* every GID of the port, for the loopback check */
 	size_t n_gids;
-	int ep_tag;    /* SS_TAG_CHANNEL */
+	atomic_int ep_tag;    /* SS_TAG_CHANNEL */
 	bool ch_watched; /* its channel is in the progress thread's set (the tasks lock) */
 	atomic_bool port_down; /* its port went down, or the device failed: no new connection */
-	int async_tag; /* SS_TAG_ASYNC: the device's async events */
+	atomic_int async_tag; /* SS_TAG_ASYNC: the device's async events */
 	int pools_ready;
 	struct ss_pool txp;  /* send blocks of every connection on the device */
 	struct ss_cqs cqs;   /* the shared CQs of every connection on the device */
@@ -62,7 +62,7 @@ struct ss_worker {
 	atomic_int event_users;           /* who needs the progress thread to take CQ events */
 	atomic_int sleepers;              /* application threads asleep on the channels themselves */
 	int epfd, evfd;
-	int ep_tag; /* SS_TAG_WAKE, for evfd */
+	atomic_int ep_tag; /* SS_TAG_WAKE, for evfd */
 	pthread_t thread;
 	struct ss_conn *graveyard; /* destroyed conns the thread frees */
 	struct ss_defer *deferred; /* work queued with ss_worker_defer() */
