@@ -1,8 +1,8 @@
 /*
  * What both sides of a negotiation share (docs/protocol.md, "Rules"): the
  * connection and the agreement on it, the outcome, the background work the
- * progress thread does for a socket, the TCP side of an upgraded
- * connection, and the end of a connection.
+ * progress thread does for a socket, and the TCP side of an upgraded
+ * connection. The end of a connection is close.c's.
  */
 #include <errno.h>
 #include <netinet/in.h>
@@ -198,24 +198,31 @@ static unsigned decide_bg_run(struct ss_sock *s)
 /* A callback of the progress thread: runs the socket's work unless an application thread is at it. */
 static void decide_bg_enter(struct ss_sock *s)
 {
-	unsigned events;
 	int st = ss_sock_state(s);
+	/* Plain (or not yet connecting): nothing for the state's work; a stale kick or event. */
+	bool work = st >= SS_SOCK_CONNECTING && st != SS_SOCK_PLAIN && st != SS_SOCK_FOREIGN;
 
-	/* Plain (or not yet connecting): nothing for the background; a stale kick or event. */
-	if (st < SS_SOCK_CONNECTING || st == SS_SOCK_PLAIN || st == SS_SOCK_FOREIGN)
+	if (!work && !atomic_load_explicit(&s->closing, memory_order_acquire))
 		return;
 	if (!ss_sock_tryget(s))
 		return; /* being freed */
-	if (pthread_mutex_trylock(&s->lock) != 0) {
-		/* An application call has it and moves it on itself; look again shortly. */
-		ss_bg_kick(s, ss_deadline_in(1));
-		ss_sock_put(s);
-		return;
+	if (work) {
+		unsigned events;
+
+		if (pthread_mutex_trylock(&s->lock) != 0) {
+			/* An application call has it and moves it on itself; look again shortly. */
+			ss_bg_kick(s, ss_deadline_in(1));
+			ss_sock_put(s);
+			return;
+		}
+		events = decide_bg_run(s);
+		if (events && s->tcp_fd >= 0)
+			ss_bg_watch(s, events);
+		pthread_mutex_unlock(&s->lock);
 	}
-	events = decide_bg_run(s);
-	if (events && s->tcp_fd >= 0)
-		ss_bg_watch(s, events);
-	pthread_mutex_unlock(&s->lock);
+	/* Closed by the application: its bytes are delivered from here (close.c). */
+	if (atomic_load_explicit(&s->closing, memory_order_acquire))
+		ss_close_bg_step(s);
 	ss_sock_put(s);
 }
 
@@ -303,65 +310,4 @@ bool ss_upgraded_tcp_event(struct ss_sock *s)
 			return false;
 		}
 	}
-}
-
-/* ---- the end ---- */
-
-/* SO_LINGER on with a zero time: TCP's close sends a reset and drops what is unsent. Lock held. */
-static bool sock_abortive(struct ss_sock *s)
-{
-	struct linger lg;
-	socklen_t len = sizeof(lg);
-
-	return s->tcp_fd >= 0 &&
-	       ss_real.getsockopt(s->tcp_fd, SOL_SOCKET, SO_LINGER, &lg, &len) == 0 && lg.l_onoff &&
-	       lg.l_linger == 0;
-}
-
-void ss_sock_finish(struct ss_sock *s)
-{
-	uint64_t end = ss_deadline_in(ss_cfg.linger_ms);
-	struct ss_conn *c = NULL;
-	bool shut = false;
-
-	pthread_mutex_lock(&s->lock);
-	/* A negotiation in progress ends first: its held bytes go wherever it decides. */
-	while (ss_client_step(s) && ss_now_ms() < end) {
-		struct pollfd p = {.fd = s->tcp_fd,
-				   .events = ss_sock_state(s) == SS_SOCK_PROBING ? POLLIN : POLLOUT};
-		uint64_t until = s->deadline && s->deadline < end ? s->deadline : end;
-		uint64_t now = ss_now_ms();
-
-		pthread_mutex_unlock(&s->lock);
-		ss_real.poll(&p, 1, until > now ? (int)(until - now) : 0);
-		pthread_mutex_lock(&s->lock);
-	}
-	while (ss_sock_state(s) == SS_SOCK_FALLBACK && ss_fallback_flush(s) == -EAGAIN &&
-	       ss_now_ms() < end) {
-		struct pollfd p = {.fd = s->tcp_fd, .events = POLLOUT};
-
-		pthread_mutex_unlock(&s->lock);
-		ss_real.poll(&p, 1, (int)(end - ss_now_ms()));
-		pthread_mutex_lock(&s->lock);
-	}
-	/*
-	 * An abortive close: no end of stream; the TCP socket's close resets
-	 * the peer's, which fails the peer's connection with ECONNRESET.
-	 */
-	if (ss_sock_state(s) == SS_SOCK_UPGRADED && s->conn && !sock_abortive(s)) {
-		c = s->conn; /* stays until the entry is freed: the caller holds a reference */
-		shut = !s->shut_wr;
-		s->shut_wr = true;
-	}
-	pthread_mutex_unlock(&s->lock);
-	if (!c)
-		return;
-	/*
-	 * What send() accepted is delivered before the end of stream, within
-	 * the linger; without our lock, which the progress thread needs to
-	 * see the peer's READY or its end.
-	 */
-	if (shut)
-		ss_tp->conn_shutdown_wr(c);
-	ss_tp->conn_drain(c, (int)(end > ss_now_ms() ? end - ss_now_ms() : 0));
 }

@@ -18,6 +18,10 @@ void ss_ready_conn(void *arg, unsigned ready)
 {
 	struct ss_sock *s = arg;
 
+	if (ready & SS_RDY_SENT) {
+		ss_close_delivered(s);
+		ready &= ~SS_RDY_SENT;
+	}
 	/* Sequentially consistent, as the sleepers' count read after it (ss_ready_wake_pollers). */
 	atomic_store(&s->rdy, ready & ~SS_RDY_EDGE);
 	/* Before the decision the shim's state says what shows, not the connection. */

@@ -77,6 +77,7 @@ static void after_fork_child(void)
 	ss_ready_after_fork();
 	ss_epoll_after_fork();
 	ss_signal_after_fork();
+	ss_close_after_fork();
 	ss_sock_for_each(forget_connection);
 	ss_sock_for_each(forget_stats);
 	if (ss_tp)
@@ -107,8 +108,10 @@ __attribute__((constructor)) static void ss_shim_init(void)
 /* At exit, accepted bytes still get their bounded linger (not from inside a shim call). */
 __attribute__((destructor)) static void ss_shim_fini(void)
 {
-	if (!ss_in_call)
+	if (!ss_in_call) {
 		ss_sock_for_each(finish_at_exit);
+		ss_close_wait_all();
+	}
 	if (ss_w && ss_log_level >= SS_LOG_INFO) {
 		struct ss_worker_stats st;
 

@@ -118,8 +118,25 @@ void ss_bg_watch(struct ss_sock *s, unsigned events);
  */
 bool ss_upgraded_tcp_event(struct ss_sock *s);
 
-/* The last name of s was closed: deliver what was accepted, end the stream. */
+/* ---- the end of a socket (close.c) ---- */
+
+/*
+ * The last name of s was closed: what was accepted is delivered, then the
+ * end of stream, in the background when it is not at once (s keeps a
+ * reference until then, within SRQSHIM_LINGER_MS); SO_LINGER as TCP's.
+ */
 void ss_sock_finish(struct ss_sock *s);
+
+/* The progress thread moves a closed socket's delivery on (s->closing set). */
+void ss_close_bg_step(struct ss_sock *s);
+
+/* The connection of s says everything is delivered (its hook, connection lock held). */
+void ss_close_delivered(struct ss_sock *s);
+
+/* At exit: waits until every closed socket's bytes are delivered, within SRQSHIM_LINGER_MS. */
+void ss_close_wait_all(void);
+
+void ss_close_after_fork(void);
 
 /* ---- client (client.c) ---- */
 

@@ -207,6 +207,7 @@ struct ss_sock *ss_sock_new(int fd, int domain, enum ss_sock_state state)
 	atomic_init(&s->nonblock, -1);
 	atomic_init(&s->timeo_ms[0], -1);
 	atomic_init(&s->timeo_ms[1], -1);
+	atomic_init(&s->closing, false);
 	s->shim_fd = -1;
 	s->domain = domain;
 	atomic_init(&s->state, (int)state);

@@ -107,6 +107,9 @@ struct ss_sock {
 	struct ss_watch watch; /* on tcp_fd */
 	struct ss_timer kick;  /* deadlines, and retries of a busy lock */
 	struct ss_defer grave; /* the free, after any callback already harvested */
+	/* closed by the application, its bytes still on their way (close.c): a reference */
+	atomic_bool closing;
+	uint64_t close_deadline; /* ms; written before closing is set */
 
 	/* the application's epoll registrations of its names (epoll.c; fd_lock) */
 	struct ss_epreg *epregs;

@@ -8,6 +8,17 @@
  *       line on stdin; then the first SENDERS connections take turns at
  *       64-byte echoes, 1 ms of sleep after each, ROUNDS each; prints
  *       "latency p50 P p99 Q" in microseconds and exits.
+ *   idle_echo setup ADDR PORT N
+ *       opens N connections one after the other, each with one 64-byte
+ *       echo (so that a shimmed one is decided and upgraded), keeps them
+ *       open, and prints "setup N seconds S"; then closes them all and
+ *       prints "closed N seconds S" (the setup-rate benchmark, tools/bench).
+ *   idle_echo churn ADDR PORT N
+ *       N cycles of connect, one echo, close; after cycle 10 and after the
+ *       last, waits 2 s (what closes in the background ends), prints
+ *       "mark CYCLE fds F threads T rss_kib R" of its own and waits for a
+ *       line on stdin (the caller looks at the server meanwhile); prints
+ *       "done N seconds S" (tests/e2e/churn.sh).
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -110,13 +121,106 @@ static int cmp_double(const void *a, const void *b)
 	return x < y ? -1 : x > y;
 }
 
+/* One 64-byte echo on fd (blocking). */
+static void echo_once(int fd)
+{
+	char req[64], resp[64];
+	size_t got = 0;
+
+	memset(req, 'x', sizeof(req));
+	if (write(fd, req, sizeof(req)) != (ssize_t)sizeof(req))
+		die("write");
+	while (got < sizeof(resp)) {
+		ssize_t m = read(fd, resp + got, sizeof(resp) - got);
+
+		if (m <= 0)
+			die("read");
+		got += (size_t)m;
+	}
+}
+
+static int run_setup(const char *addr, int port, int n)
+{
+	struct sockaddr_in sin = address(addr, port);
+	int *fds = calloc((size_t)n, sizeof(*fds));
+	double t0 = now_us(), t1;
+
+	if (!fds)
+		die("calloc");
+	for (int i = 0; i < n; i++) {
+		fds[i] = socket(AF_INET, SOCK_STREAM, 0);
+		if (fds[i] < 0 || connect(fds[i], (struct sockaddr *)&sin, sizeof(sin)) < 0)
+			die("connect");
+		echo_once(fds[i]);
+	}
+	t1 = now_us();
+	printf("setup %d seconds %.3f\n", n, (t1 - t0) / 1e6);
+	for (int i = 0; i < n; i++)
+		close(fds[i]);
+	printf("closed %d seconds %.3f\n", n, (now_us() - t1) / 1e6);
+	return 0;
+}
+
+/* How many entries a /proc/self directory has. */
+static int count_dir(const char *path)
+{
+	char cmd[128];
+	int n = -1;
+	FILE *f;
+
+	snprintf(cmd, sizeof(cmd), "ls %s | wc -l", path);
+	f = popen(cmd, "r");
+	if (f && fscanf(f, "%d", &n) != 1)
+		n = -1;
+	if (f)
+		pclose(f);
+	return n;
+}
+
+static void churn_mark(int cycle)
+{
+	char line[16];
+	struct timespec settle = {2, 0};
+	char fdpath[64], taskpath[64];
+
+	nanosleep(&settle, NULL);
+	snprintf(fdpath, sizeof(fdpath), "/proc/%d/fd", (int)getpid());
+	snprintf(taskpath, sizeof(taskpath), "/proc/%d/task", (int)getpid());
+	printf("mark %d fds %d threads %d rss_kib %ld\n", cycle, count_dir(fdpath),
+	       count_dir(taskpath), rss_kib());
+	if (!fgets(line, sizeof(line), stdin))
+		exit(2);
+}
+
+static int run_churn(const char *addr, int port, int n)
+{
+	struct sockaddr_in sin = address(addr, port);
+	double t0 = now_us();
+
+	for (int i = 1; i <= n; i++) {
+		int fd = socket(AF_INET, SOCK_STREAM, 0);
+
+		if (fd < 0 || connect(fd, (struct sockaddr *)&sin, sizeof(sin)) < 0)
+			die("connect");
+		echo_once(fd);
+		if (close(fd) != 0)
+			die("close");
+		if (i == 10 || i == n)
+			churn_mark(i);
+		if (i % 10 == 0)
+			printf("at %d seconds %.3f\n", i, (now_us() - t0) / 1e6);
+	}
+	printf("done %d seconds %.3f\n", n, (now_us() - t0) / 1e6);
+	return 0;
+}
+
 static int run_client(const char *addr, int port, int n, int senders, int rounds)
 {
 	struct sockaddr_in sin = address(addr, port);
 	int *fds = calloc((size_t)n, sizeof(*fds));
 	double *lat = calloc((size_t)senders * (size_t)rounds, sizeof(*lat));
 	struct timespec ms = {0, 1000000};
-	char req[64], resp[64], line[16];
+	char line[16];
 	size_t k = 0;
 
 	if (!fds || !lat)
@@ -130,21 +234,11 @@ static int run_client(const char *addr, int port, int n, int senders, int rounds
 	fflush(stdout);
 	if (!fgets(line, sizeof(line), stdin))
 		return 2;
-	memset(req, 'x', sizeof(req));
 	for (int r = 0; r < rounds; r++) {
 		for (int s = 0; s < senders && s < n; s++) {
-			size_t got = 0;
 			double t0 = now_us();
 
-			if (write(fds[s], req, sizeof(req)) != (ssize_t)sizeof(req))
-				die("write");
-			while (got < sizeof(resp)) {
-				ssize_t m = read(fds[s], resp + got, sizeof(resp) - got);
-
-				if (m <= 0)
-					die("read");
-				got += (size_t)m;
-			}
+			echo_once(fds[s]);
 			lat[k++] = now_us() - t0;
 			nanosleep(&ms, NULL);
 		}
@@ -162,6 +256,11 @@ int main(int argc, char **argv)
 	if (argc == 7 && strcmp(argv[1], "client") == 0)
 		return run_client(argv[2], atoi(argv[3]), atoi(argv[4]), atoi(argv[5]),
 				  atoi(argv[6]));
-	fprintf(stderr, "usage: idle_echo server ADDR PORT | client ADDR PORT N SENDERS ROUNDS\n");
+	if (argc == 5 && strcmp(argv[1], "setup") == 0)
+		return run_setup(argv[2], atoi(argv[3]), atoi(argv[4]));
+	if (argc == 5 && strcmp(argv[1], "churn") == 0)
+		return run_churn(argv[2], atoi(argv[3]), atoi(argv[4]));
+	fprintf(stderr, "usage: idle_echo server ADDR PORT | client ADDR PORT N SENDERS ROUNDS | "
+			"setup ADDR PORT N | churn ADDR PORT N\n");
 	return 2;
 }

@@ -159,9 +159,25 @@ static unsigned conn_compute_ready(const struct ss_conn *c)
 	return r;
 }
 
+/*
+ * Everything accepted, and the end of stream once asked for, is
+ * acknowledged; or nobody is left to deliver to. Before the commit point
+ * (ST_CONNECTED) what was written waits in the ring for the peer's READY:
+ * not delivered (a close then must not drop it).
+ */
+static bool conn_delivered(const struct ss_conn *c)
+{
+	if (c->st == ST_FAILED || c->st == ST_DEAD || c->st == ST_CREATED || c->tcp_gone)
+		return true;
+	return !ss_conn_tx_pending(c) && c->tx_done == c->tx_posted && (!c->eos_wanted || c->eos_done);
+}
+
 void ss_conn_report(struct ss_conn *c, bool edge)
 {
 	unsigned r = conn_compute_ready(c);
+
+	if (c->lingering && conn_delivered(c))
+		r |= SS_RDY_SENT;
 
 	if (c->hooks.ready && (r != c->last_ready || edge))
 		c->hooks.ready(c->hooks_arg, r | (edge ? SS_RDY_EDGE : 0));
@@ -795,12 +811,17 @@ int ss_conn_drain(struct ss_conn *c, int timeout_ms)
 	c->hold_until = 0;
 	c->draining = true;
 	ss_conn_push(c);
+	if (timeout_ms == 0)
+		conn_progress(c);
 	/* A peer whose TCP end is gone has closed its QP too: nobody is left to deliver to. */
-	while (c->st == ST_RUNNING && !c->tcp_gone &&
-	       (ss_conn_tx_pending(c) || c->tx_done != c->tx_posted || (c->eos_wanted && !c->eos_done))) {
+	while (!conn_delivered(c)) {
 		uint64_t now = ss_now_ms(), until = now + 50 < end ? now + 50 : end;
 		struct timespec ts = {(time_t)(until / 1000), (long)(until % 1000) * 1000000};
 
+		if (now >= end && timeout_ms == 0) {
+			ret = -ETIMEDOUT;
+			break;
+		}
 		if (now >= end) {
 			ss_log_warn("QP %u: not delivered within the linger: %u slots unsent, %u "
 				    "unacknowledged, end of stream %s (credits %u)",
@@ -820,6 +841,25 @@ int ss_conn_drain(struct ss_conn *c, int timeout_ms)
 	pthread_mutex_unlock(&c->lock);
 	ss_worker_event_users(c->w, -1);
 	return ret;
+}
+
+void ss_conn_linger(struct ss_conn *c)
+{
+	bool was;
+
+	/* An event user first: the events that deliver the rest reach the progress thread. */
+	ss_worker_event_users(c->w, 1);
+	pthread_mutex_lock(&c->lock);
+	was = c->lingering || c->st == ST_DEAD;
+	if (!was) {
+		c->lingering = true;
+		c->hold_until = 0;
+		ss_conn_push(c);
+		ss_conn_report(c, false);
+	}
+	pthread_mutex_unlock(&c->lock);
+	if (was)
+		ss_worker_event_users(c->w, -1);
 }
 
 void ss_conn_get_stats(struct ss_conn *c, struct ss_conn_stats *st)
@@ -845,6 +885,8 @@ void ss_conn_publish(struct ss_conn *c, struct ss_conn_stats *pub)
 
 void ss_conn_destroy(struct ss_conn *c)
 {
+	bool lingered;
+
 	if (!c)
 		return;
 	pthread_mutex_lock(&c->lock);
@@ -859,7 +901,11 @@ void ss_conn_destroy(struct ss_conn *c)
 		ss_cqs_want_tx(c->cqs, false);
 	}
 	c->st = ST_DEAD;
+	lingered = c->lingering;
+	c->lingering = false;
 	pthread_mutex_unlock(&c->lock);
+	if (lingered)
+		ss_worker_event_users(c->w, -1);
 	/* A timer callback already running sees ST_DEAD and does not re-arm. */
 	ss_worker_timer_cancel(c->w, &c->timer);
 	/* The progress thread frees it: it is the only one that takes CQ events. */

@@ -47,6 +47,7 @@ enum {
 	SS_RDY_HUP = 1u << 3,   /* both directions are over (or the connection failed) */
 	SS_RDY_ERR = 1u << 4,   /* the connection failed */
 	SS_RDY_EDGE = 1u << 5,  /* new data arrived since the last report: edge for ET waiters */
+	SS_RDY_SENT = 1u << 6,  /* lingering (ss_conn_linger): everything is delivered */
 };
 
 /*
@@ -250,9 +251,20 @@ void ss_conn_resync(struct ss_conn *c);
 
 /*
  * Waits up to timeout_ms (-1: no limit) until everything accepted has been
- * sent and acknowledged. Returns 0, -ETIMEDOUT, or -ECONNRESET.
+ * sent and acknowledged. Returns 0, -ETIMEDOUT, or -ECONNRESET. With 0 it
+ * takes the CQs' completions once and says whether it is so (no warning).
  */
 int ss_conn_drain(struct ss_conn *c, int timeout_ms);
+
+/*
+ * The application closed: what was sent and the end of stream (if shut)
+ * are delivered in the background, without anyone waiting. The worker
+ * takes the connection's CQ events until it is destroyed, and the hook
+ * gets SS_RDY_SENT once everything is delivered or nothing is left to
+ * deliver to (failed, peer gone), at once if that is so already.
+ * ss_conn_drain(c, 0) moves it on without waiting.
+ */
+void ss_conn_linger(struct ss_conn *c);
 
 /* Statistics snapshot. */
 void ss_conn_get_stats(struct ss_conn *c, struct ss_conn_stats *st);
@@ -311,6 +323,7 @@ struct ss_transport_ops {
 	unsigned (*conn_ready)(struct ss_conn *c);
 	void (*conn_resync)(struct ss_conn *c);
 	int (*conn_drain)(struct ss_conn *c, int timeout_ms);
+	void (*conn_linger)(struct ss_conn *c);
 	void (*conn_get_stats)(struct ss_conn *c, struct ss_conn_stats *st);
 	void (*conn_destroy)(struct ss_conn *c);
 	void (*worker_get_stats)(struct ss_worker *w, struct ss_worker_stats *st);
@@ -320,7 +333,7 @@ struct ss_transport_ops {
 
 extern const struct ss_transport_ops ss_transport_ops;
 
-#define SS_TRANSPORT_OPS_VERSION 7
+#define SS_TRANSPORT_OPS_VERSION 8
 #define SS_TRANSPORT_OPS_SYMBOL  "ss_transport_ops"
 
 #endif

@@ -121,7 +121,8 @@ struct ss_conn {
 	struct ss_credit cr;
 	enum conn_state st;
 	bool eos_wanted, eos_posted, eos_done;
-	bool draining; /* ss_conn_drain() waits */
+	bool draining;  /* ss_conn_drain() waits */
+	bool lingering; /* closed: delivering in the background (ss_conn_linger), an event user */
 	bool tcp_gone;
 	uint64_t gone_deadline;
 	struct ss_timer timer; /* one timer for all deadlines below (worker lock) */

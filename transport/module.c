@@ -41,6 +41,7 @@ __attribute__((visibility("default"))) const struct ss_transport_ops ss_transpor
 	.conn_ready = ss_conn_ready,
 	.conn_resync = ss_conn_resync,
 	.conn_drain = ss_conn_drain,
+	.conn_linger = ss_conn_linger,
 	.conn_get_stats = ss_conn_get_stats,
 	.conn_destroy = ss_conn_destroy,
 	.worker_get_stats = ss_worker_get_stats,

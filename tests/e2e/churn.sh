@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# Churn (issue 11): cycles of connect, one echo, close, both ends preloaded,
+# in each mode. After cycle 10 (warm) and after the last, once what closes
+# in the background has ended: the device's QPs, CQs and MRs (rdma res), and
+# each process's fds, threads and RSS, must be where they were at cycle 10
+# (RSS within 4 MiB): nothing grows with the cycle count.
+# SRQSHIM_CHURN_CYCLES (default 60: a cycle takes 0.2 s to 3 s in the guest
+# today, docs/performance.md) sets the count.
+. "$(dirname "$0")/lib.sh"
+need_rdma
+
+IE=$BUILD/tools/idle_echo
+cycles=${SRQSHIM_CHURN_CYCLES:-60}
+ulimit -n 65536
+port=9950
+
+res() { rdma res show "$1" 2>/dev/null | wc -l; }
+proc_line() { # PID: fds threads rss_kib
+	echo "$(ls /proc/$1/fd | wc -l) $(ls /proc/$1/task | wc -l) $(awk '/^VmRSS/ {print $2}' /proc/$1/status)"
+}
+
+for mode in srq rq; do
+	port=$((port + 1))
+	env LD_PRELOAD="$PRELOAD" SRQSHIM_MODE=$mode "$IE" server "$ADDR" $port 2> "$WORK/server.err" &
+	spid=$!
+	wait_listen $port
+	mkfifo "$WORK/go.$mode"
+	exec 3<> "$WORK/go.$mode"
+	before=$(rdma_pkts)
+	env LD_PRELOAD="$PRELOAD" SRQSHIM_MODE=$mode "$IE" churn "$ADDR" $port "$cycles" \
+		< "$WORK/go.$mode" > "$WORK/churn.$mode" 2> "$WORK/churn.err" &
+	cpid=$!
+	marks=0
+	end=$((SECONDS + 600))
+	while [ $marks -lt 2 ]; do
+		alive $cpid || { cat "$WORK/churn.$mode" "$WORK/churn.err" "$WORK/server.err"; fail "$mode: the client ended early"; }
+		[ $SECONDS -lt $end ] || { cat "$WORK/churn.$mode"; fail "$mode: $cycles cycles took more than 600 s"; }
+		if [ "$(grep -c '^mark' "$WORK/churn.$mode")" -gt $marks ]; then
+			marks=$((marks + 1))
+			echo "$(res qp) $(res cq) $(res mr) $(proc_line $spid)" > "$WORK/at.$marks"
+			echo go >&3
+		fi
+		sleep 0.2
+	done
+	wait $cpid || { cat "$WORK/churn.err"; fail "$mode: the client failed"; }
+	exec 3>&-
+	kill $spid; wait $spid 2>/dev/null || true
+	pkts=$(( $(rdma_pkts) - before ))
+	cat "$WORK/churn.$mode"
+	read -r q1 c1 m1 f1 t1 r1 < "$WORK/at.1"
+	read -r q2 c2 m2 f2 t2 r2 < "$WORK/at.2"
+	read -r _ _ _ cf1 _ ct1 _ cr1 < <(grep '^mark' "$WORK/churn.$mode" | head -1)
+	read -r _ _ _ cf2 _ ct2 _ cr2 < <(grep '^mark' "$WORK/churn.$mode" | tail -1)
+	echo "  $mode: QPs $q1 -> $q2, CQs $c1 -> $c2, MRs $m1 -> $m2; server fds $f1 -> $f2, threads $t1 -> $t2, RSS $r1 -> $r2 KiB; client fds $cf1 -> $cf2, threads $ct1 -> $ct2, RSS $cr1 -> $cr2 KiB; $pkts RDMA packets"
+	[ "$q1" = "$q2" ] && [ "$c1" = "$c2" ] && [ "$m1" = "$m2" ] || fail "$mode: verbs objects grew with the cycles"
+	[ "$f1" = "$f2" ] && [ "$t1" = "$t2" ] || fail "$mode: the server's fds or threads grew"
+	[ "$cf1" = "$cf2" ] && [ "$ct1" = "$ct2" ] || fail "$mode: the client's fds or threads grew"
+	[ $((r2 - r1)) -lt 4096 ] && [ $((cr2 - cr1)) -lt 4096 ] || fail "$mode: RSS grew by more than 4 MiB"
+	[ $pkts -gt $((cycles * 4)) ] || fail "$mode: only $pkts RDMA packets for $cycles cycles"
+	pass "$mode: $cycles cycles of connect, echo, close: nothing grew ($(awk '$1 == "done" {print $4}' "$WORK/churn.$mode") s)"
+done

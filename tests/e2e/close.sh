@@ -1,0 +1,96 @@
+#!/usr/bin/env bash
+# close() as TCP's (docs/design.md, "Process model"): it returns at once
+# while the peer is not reading, and every byte still arrives, then the end
+# of stream; SO_LINGER with a time makes close wait up to that long (and no
+# longer), and every byte still arrives; SO_LINGER with a zero time resets
+# the peer. The server writes without blocking until its buffers are full
+# (at most 16 MiB), closes and exits; the client reads only after a stall.
+# Each case over kernel TCP first, then under the shim in each mode (both
+# ends preloaded).
+. "$(dirname "$0")/lib.sh"
+need_rdma
+
+port=9900
+server() { # ADDR PORT LINGER(off|seconds): prints bytes, sha-256, close time in ms
+	python3 -c '
+import hashlib, os, socket, struct, sys, time
+l = socket.socket(); l.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+l.bind((sys.argv[1], int(sys.argv[2]))); l.listen(1)
+c, _ = l.accept()
+if sys.argv[3] != "off":
+    c.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, int(sys.argv[3])))
+c.setblocking(False)
+chunk = os.urandom(65536); h = hashlib.sha256(); n = 0
+while n < (16 << 20):
+    try:
+        k = c.send(chunk)
+    except BlockingIOError:
+        break
+    h.update(chunk[:k]); n += k
+t = time.monotonic(); c.close(); ms = (time.monotonic() - t) * 1000
+print(n, h.hexdigest(), int(ms), flush=True)
+' "$@"
+}
+client() { # ADDR PORT STALL_S: prints bytes, sha-256, eof|reset
+	python3 -c '
+import hashlib, socket, sys, time
+s = socket.create_connection((sys.argv[1], int(sys.argv[2])))
+time.sleep(float(sys.argv[3]))
+h = hashlib.sha256(); n = 0; end = "eof"
+try:
+    while True:
+        d = s.recv(65536)
+        if not d: break
+        h.update(d); n += len(d)
+except ConnectionResetError:
+    end = "reset"
+print(n, h.hexdigest(), end, flush=True)
+' "$@"
+}
+
+# case LINGER STALL HOW: runs one case; sets s_n s_sha s_ms c_n c_sha c_end.
+run_case() {
+	local linger=$1 stall=$2 how=$3 pre=(env) before
+	port=$((port + 1))
+	[ "$how" != tcp ] && pre=(env LD_PRELOAD="$PRELOAD" SRQSHIM_MODE="$how")
+	"${pre[@]}" timeout 60 bash -c "$(declare -f server); server $ADDR $port $linger" \
+		> "$WORK/s.out" 2> "$WORK/s.err" &
+	local sp=$!
+	wait_listen $port
+	before=$(rdma_pkts)
+	"${pre[@]}" timeout 60 bash -c "$(declare -f client); client $ADDR $port $stall" \
+		> "$WORK/c.out" 2> "$WORK/c.err" ||
+		{ cat "$WORK/c.out" "$WORK/c.err"; fail "$how, linger $linger: the client failed"; }
+	wait $sp || { cat "$WORK/s.out" "$WORK/s.err"; fail "$how, linger $linger: the server failed"; }
+	read -r s_n s_sha s_ms < "$WORK/s.out" || fail "$how: no server output"
+	read -r c_n c_sha c_end < "$WORK/c.out" || fail "$how: no client output"
+	pkts=$(( $(rdma_pkts) - before ))
+	echo "  $how, linger $linger, reader stalled $stall s: wrote $s_n, close took $s_ms ms; read $c_n, then $c_end ($pkts RDMA packets)"
+	# (An abortive close may come before anything went out: no packets then, as none are owed.)
+	if [ "$how" != tcp ] && [ "$linger" != 0 ] && [ $pkts -lt 20 ]; then
+		cat "$WORK/s.err" "$WORK/c.err"
+		fail "$how, linger $linger: only $pkts RDMA packets"
+	fi
+}
+
+for how in tcp srq rq; do
+	# No linger: close returns at once; everything arrives, then the end.
+	run_case off 1.5 $how
+	[ "$s_ms" -lt 300 ] || fail "$how: close took $s_ms ms while the peer did not read"
+	[ "$c_end" = eof ] && [ "$c_n" = "$s_n" ] && [ "$c_sha" = "$s_sha" ] ||
+		fail "$how: the reader got $c_n bytes then $c_end, the writer wrote $s_n"
+	# SO_LINGER 1 s, the reader stalled 3 s: close waits at most 1 s; everything arrives.
+	run_case 1 3 $how
+	[ "$s_ms" -lt 1400 ] || fail "$how: close with SO_LINGER 1 s took $s_ms ms"
+	# A private receive queue never copies out: the writer stalls with the reader, as TCP's.
+	if [ $how != srq ]; then
+		[ "$s_ms" -ge 800 ] || fail "$how: close with SO_LINGER 1 s did not wait ($s_ms ms)"
+	fi
+	[ "$c_end" = eof ] && [ "$c_n" = "$s_n" ] && [ "$c_sha" = "$s_sha" ] ||
+		fail "$how, SO_LINGER 1 s: the reader got $c_n bytes then $c_end, the writer wrote $s_n"
+	# SO_LINGER 0: abortive; the reader sees a reset, at once for the writer.
+	run_case 0 1 $how
+	[ "$s_ms" -lt 300 ] || fail "$how: an abortive close took $s_ms ms"
+	[ "$c_end" = reset ] || fail "$how, SO_LINGER 0: the reader saw $c_end, not a reset"
+	pass "$how: close at once, SO_LINGER with a time and with zero, as over kernel TCP"
+done
