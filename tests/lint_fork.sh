@@ -4,6 +4,11 @@
 # *_after_fork function, and every such function is called in the child (the
 # shim's after_fork_child, or the transport's ops table). A lock a parent
 # thread held at the fork would otherwise stay held in the child for ever.
+# What it does not see (the review's list; kept by hand, docs/design.md
+# "Process model"): locks inside structures (each owner's after_fork resets
+# its own), pthread_once controls, and per-thread state of the forking
+# thread (ss_ready_after_fork drops its wake-up eventfd). A call is found
+# by its name at the start of a line of after_fork_child, not by parsing C.
 set -u
 top=${1:-$(cd "$(dirname "$0")/.." && pwd)}
 cd "$top" || exit 1

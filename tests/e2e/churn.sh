@@ -3,7 +3,9 @@
 # in each mode. After cycle 10 (warm) and after the last, once what closes
 # in the background has ended: the device's QPs, CQs and MRs (rdma res), and
 # each process's fds, threads and RSS, must be where they were at cycle 10
-# (RSS within 4 MiB): nothing grows with the cycle count.
+# (fds within 2: what the shim makes once, on first need, such as a thread's
+# wake-up eventfd at its first sleep, may come later; RSS within 4 MiB):
+# nothing grows with the cycle count (a leak per cycle would show 50 times).
 # SRQSHIM_CHURN_CYCLES (default 60: a cycle takes 0.2 s to 3 s in the guest
 # today, docs/performance.md) sets the count.
 . "$(dirname "$0")/lib.sh"
@@ -53,8 +55,8 @@ for mode in srq rq; do
 	read -r _ _ _ cf2 _ ct2 _ cr2 < <(grep '^mark' "$WORK/churn.$mode" | tail -1)
 	echo "  $mode: QPs $q1 -> $q2, CQs $c1 -> $c2, MRs $m1 -> $m2; server fds $f1 -> $f2, threads $t1 -> $t2, RSS $r1 -> $r2 KiB; client fds $cf1 -> $cf2, threads $ct1 -> $ct2, RSS $cr1 -> $cr2 KiB; $pkts RDMA packets"
 	[ "$q1" = "$q2" ] && [ "$c1" = "$c2" ] && [ "$m1" = "$m2" ] || fail "$mode: verbs objects grew with the cycles"
-	[ "$f1" = "$f2" ] && [ "$t1" = "$t2" ] || fail "$mode: the server's fds or threads grew"
-	[ "$cf1" = "$cf2" ] && [ "$ct1" = "$ct2" ] || fail "$mode: the client's fds or threads grew"
+	[ $((f2 - f1)) -le 2 ] && [ "$t1" = "$t2" ] || fail "$mode: the server's fds or threads grew"
+	[ $((cf2 - cf1)) -le 2 ] && [ "$ct1" = "$ct2" ] || fail "$mode: the client's fds or threads grew"
 	[ $((r2 - r1)) -lt 4096 ] && [ $((cr2 - cr1)) -lt 4096 ] || fail "$mode: RSS grew by more than 4 MiB"
 	[ $pkts -gt $((cycles * 4)) ] || fail "$mode: only $pkts RDMA packets for $cycles cycles"
 	pass "$mode: $cycles cycles of connect, echo, close: nothing grew ($(awk '$1 == "done" {print $4}' "$WORK/churn.$mode") s)"
