@@ -13,6 +13,10 @@ need_rdma
 
 IE=$BUILD/tools/idle_echo
 cycles=${SRQSHIM_CHURN_CYCLES:-60}
+# Some cycles stall for the client's acknowledged wait (15 s by default; an
+# open defect, docs/performance.md, 2026-12-02, also before background
+# close): shortened here, as this test is about what grows, not about time.
+export SRQSHIM_ACKED_TIMEOUT_MS=${SRQSHIM_ACKED_TIMEOUT_MS:-2000}
 ulimit -n 65536
 port=9950
 
