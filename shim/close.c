@@ -149,9 +149,14 @@ void ss_sock_finish(struct ss_sock *s)
 	/* Without our lock, which the progress thread needs to see the peer's READY or its end. */
 	if (shut)
 		ss_tp->conn_shutdown_wr(c);
-	/* SO_LINGER with a time: close waits up to that long, as TCP's (then it goes on as below). */
-	if (linger > 0)
+	/*
+	 * SO_LINGER with a time: close waits up to that long, as TCP's; what
+	 * is not delivered by then gets the background's own time after it.
+	 */
+	if (linger > 0) {
 		ss_tp->conn_drain(c, linger);
+		end = ss_deadline_in(ss_cfg.linger_ms);
+	}
 	if (!close_delivered_now(s))
 		close_in_background(s, c, end);
 }

@@ -139,6 +139,15 @@ static void sock_free(struct ss_sock *s)
 				    (unsigned long long)st.copied_out);
 		}
 		ss_tp->conn_destroy(s->conn);
+		/*
+		 * The connection's hook may have armed the kick after the last
+		 * put cancelled it (a closed socket's delivery reported by a
+		 * thread that took the completion): it can no longer run, so
+		 * cancel once more (this runs on the progress thread, where the
+		 * timer callbacks run).
+		 */
+		if (s->bg && ss_w)
+			ss_tp->worker_timer_cancel(ss_w, &s->kick);
 	}
 	ss_stats_conn_close(s->stat);
 	if (s->tcp_fd >= 0)
