@@ -82,8 +82,11 @@ for how in tcp srq rq; do
 	# SO_LINGER 1 s, the reader stalled 3 s: close waits at most 1 s; everything arrives.
 	run_case 1 3 $how
 	[ "$s_ms" -lt 1400 ] || fail "$how: close with SO_LINGER 1 s took $s_ms ms"
-	# A private receive queue never copies out: the writer stalls with the reader, as TCP's.
-	if [ $how != srq ]; then
+	# A private receive queue never copies out: when the writer got more in
+	# than the reader's receives hold (64 x 8 KiB by default; less when it
+	# closed before the client's READY, with only its ring written), its
+	# close waits for the reader, as TCP's.
+	if [ $how != srq ] && [ "$s_n" -gt $((64 * 8192)) ]; then
 		[ "$s_ms" -ge 800 ] || fail "$how: close with SO_LINGER 1 s did not wait ($s_ms ms)"
 	fi
 	[ "$c_end" = eof ] && [ "$c_n" = "$s_n" ] && [ "$c_sha" = "$s_sha" ] ||
