@@ -75,6 +75,15 @@ static int poll_others_back(struct poll_call *pc)
 	return ready;
 }
 
+/* ppoll's timeout for timeout_ms (-1: none, NULL), in *ts. */
+static const struct timespec *poll_ts(int timeout_ms, struct timespec *ts)
+{
+	if (timeout_ms < 0)
+		return NULL;
+	*ts = (struct timespec){timeout_ms / 1000, (long)(timeout_ms % 1000) * 1000000};
+	return ts;
+}
+
 /*
  * A thread cancelled asleep in ppoll (a cancellation point): it stops
  * counting as a sleeper and a poller. (What its call holds, the sockets'
@@ -107,14 +116,11 @@ static int poll_asleep(struct pollfd *k, nfds_t nk, const struct timespec *tsp,
 static int poll_kernel(struct poll_call *pc, struct ss_wait *sleeping, int timeout_ms,
 		       const sigset_t *mask)
 {
-	struct timespec ts, *tsp = NULL;
+	struct timespec ts;
+	const struct timespec *tsp = poll_ts(timeout_ms, &ts);
 	nfds_t nk = sleeping ? pc->nk : pc->n_other;
 	int r, err;
 
-	if (timeout_ms >= 0) {
-		ts = (struct timespec){timeout_ms / 1000, (long)(timeout_ms % 1000) * 1000000};
-		tsp = &ts;
-	}
 	for (nfds_t i = 0; i < nk; i++)
 		pc->k[i].revents = 0;
 	r = sleeping ? poll_asleep(pc->k, nk, tsp, mask, sleeping)
@@ -282,10 +288,10 @@ static int poll_once(struct pollfd *fds, nfds_t n, int timeout_ms, const sigset_
 			ret = poll_run(&pc, timeout_ms, mask, sig_base);
 		free(pc.k);
 	} else if (mirrored) {
-		struct timespec ts = {timeout_ms / 1000, (long)(timeout_ms % 1000) * 1000000};
+		struct timespec ts;
 
 		*handled = true;
-		ret = ss_real.ppoll(fds, n, timeout_ms < 0 ? NULL : &ts, mask);
+		ret = ss_real.ppoll(fds, n, poll_ts(timeout_ms, &ts), mask);
 		ret = ret < 0 ? -errno : ret;
 	}
 	for (int i = 0; i < mirrored; i++) {
@@ -319,10 +325,10 @@ int ss_poll_since(struct pollfd *fds, nfds_t n, int timeout_ms, const sigset_t *
 
 		ret = poll_once(fds, n, timeout_ms, mask, sig_base, handled, &moved);
 		if (!*handled && restarted) {
-			struct timespec ts = {timeout_ms / 1000, (long)(timeout_ms % 1000) * 1000000};
+			struct timespec ts;
 
 			*handled = true;
-			ret = ss_real.ppoll(fds, n, timeout_ms < 0 ? NULL : &ts, mask);
+			ret = ss_real.ppoll(fds, n, poll_ts(timeout_ms, &ts), mask);
 			return ret < 0 ? -errno : ret;
 		}
 		if (!moved)

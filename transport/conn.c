@@ -818,16 +818,15 @@ int ss_conn_drain(struct ss_conn *c, int timeout_ms)
 		uint64_t now = ss_now_ms(), until = now + 50 < end ? now + 50 : end;
 		struct timespec ts = {(time_t)(until / 1000), (long)(until % 1000) * 1000000};
 
-		if (now >= end && timeout_ms == 0) {
-			ret = -ETIMEDOUT;
-			break;
-		}
 		if (now >= end) {
-			ss_log_warn("QP %u: not delivered within the linger: %u slots unsent, %u "
-				    "unacknowledged, end of stream %s (credits %u)",
-				    c->qp->qp_num, c->tx_open - c->tx_posted, c->tx_posted - c->tx_done,
-				    c->eos_done ? "acknowledged" : c->eos_posted ? "sent" : "unsent",
-				    c->cr.tx_credits);
+			/* A look without a wait (timeout 0) is no linger that ran out. */
+			if (timeout_ms != 0)
+				ss_log_warn("QP %u: not delivered within the linger: %u slots unsent, "
+					    "%u unacknowledged, end of stream %s (credits %u)",
+					    c->qp->qp_num, c->tx_open - c->tx_posted,
+					    c->tx_posted - c->tx_done,
+					    c->eos_done ? "acknowledged" : c->eos_posted ? "sent" : "unsent",
+					    c->cr.tx_credits);
 			ret = -ETIMEDOUT;
 			break;
 		}
