@@ -106,10 +106,16 @@ int ss_send_msg(int fd, const struct ss_msg *m, int ms);
 /* Starts the background work of s (watch of tcp_fd, kick timer). Returns 0 or -errno. */
 int ss_bg_start(struct ss_sock *s);
 
-/* Asks the progress thread to look at s again at (ms). */
+/*
+ * Asks the progress thread to look at s again at (ms) at the latest: a look
+ * asked for earlier is never postponed. This matters: when an application
+ * thread holds s->lock as the watch fires, the progress thread asks for a
+ * look 1 ms later, and only that look re-arms the (one-shot) watch; the
+ * application thread's step, which kicks for its deadline, must not undo it.
+ */
 void ss_bg_kick(struct ss_sock *s, uint64_t at);
 
-/* Watches s->tcp_fd for events (EPOLLIN/EPOLLOUT) on the progress thread. */
+/* Watches s->tcp_fd for events (EPOLLIN/EPOLLOUT) on the progress thread, once (re-armed by its run). */
 void ss_bg_watch(struct ss_sock *s, unsigned events);
 
 /*

@@ -1,6 +1,7 @@
 /*
  * The timer heap: scripted sequences by table (arm, re-arm earlier and
- * later, cancel armed and unarmed timers, pop what is due), then many
+ * later: never postponed, cancel armed and unarmed timers, pop what is
+ * due), then many
  * timers in random order checked against a plain list as the model.
  */
 #include <setjmp.h>
@@ -37,9 +38,13 @@ static const struct script scripts[] = {
 	{"cancelling the last one and an unarmed one",
 	 {{ARM, 0, 10}, {ARM, 1, 20}, {CANCEL, 1, 0}, {CANCEL, 1, 0}, {CANCEL, 3, 0}, {POP, 0, 50},
 	  {POP, -1, 50}}},
-	{"re-armed earlier and later moves, never duplicates",
-	 {{ARM, 0, 50}, {ARM, 1, 40}, {ARM, 2, 30}, {ARM, 0, 5}, {ARM, 2, 60}, {POP, 0, 45},
-	  {POP, 1, 45}, {POP, -1, 45}, {POP, 2, 60}, {POP, -1, 60}}},
+	{"re-armed earlier moves, later keeps the earlier deadline, never duplicates",
+	 {{ARM, 0, 50}, {ARM, 1, 40}, {ARM, 2, 30}, {ARM, 0, 5}, {ARM, 2, 60}, {POP, 0, 5},
+	  {POP, 2, 30}, {POP, -1, 39}, {POP, 1, 45}, {POP, -1, 60}}},
+	{"a retry soon is not lost to a later deadline asked after it",
+	 {{ARM, 0, 1001}, {ARM, 0, 3000}, {POP, -1, 1000}, {POP, 0, 1001}, {POP, -1, 3000}}},
+	{"a popped timer is armed afresh, later than before",
+	 {{ARM, 0, 5}, {POP, 0, 5}, {ARM, 0, 50}, {POP, -1, 49}, {POP, 0, 50}}},
 	{"a popped timer may be armed again",
 	 {{ARM, 0, 10}, {POP, 0, 10}, {ARM, 0, 20}, {POP, -1, 19}, {POP, 0, 20}}},
 	{"cancel in the middle of a deep heap",
@@ -107,7 +112,8 @@ static void test_random_against_model(void **state)
 		if (what < 5) {
 			uint64_t at = now + 1 + (uint64_t)(rand() % 1000);
 			assert_int_equal(ss_timers_arm(&h, &t[id], at), 0);
-			model[id] = at;
+			if (!model[id] || at < model[id])
+				model[id] = at; /* never postponed */
 		} else if (what < 7) {
 			ss_timers_cancel(&h, &t[id]);
 			model[id] = 0;

@@ -18,7 +18,8 @@
  *       last, waits 2 s (what closes in the background ends), prints
  *       "mark CYCLE fds F threads T rss_kib R" of its own and waits for a
  *       line on stdin (the caller looks at the server meanwhile); prints
- *       "done N seconds S" (tests/e2e/churn.sh).
+ *       "done N seconds S longest L": S without those pauses, L the
+ *       longest cycle (tests/e2e/churn.sh).
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -195,9 +196,10 @@ static void churn_mark(int cycle)
 static int run_churn(const char *addr, int port, int n)
 {
 	struct sockaddr_in sin = address(addr, port);
-	double t0 = now_us();
+	double t0 = now_us(), paused = 0, longest = 0;
 
 	for (int i = 1; i <= n; i++) {
+		double c0 = now_us();
 		int fd = socket(AF_INET, SOCK_STREAM, 0);
 
 		if (fd < 0 || connect(fd, (struct sockaddr *)&sin, sizeof(sin)) < 0)
@@ -205,12 +207,19 @@ static int run_churn(const char *addr, int port, int n)
 		echo_once(fd);
 		if (close(fd) != 0)
 			die("close");
-		if (i == 10 || i == n)
+		if (now_us() - c0 > longest)
+			longest = now_us() - c0;
+		if (i == 10 || i == n) {
+			double m0 = now_us();
+
 			churn_mark(i);
+			paused += now_us() - m0;
+		}
 		if (i % 10 == 0)
-			printf("at %d seconds %.3f\n", i, (now_us() - t0) / 1e6);
+			printf("at %d seconds %.3f\n", i, (now_us() - t0 - paused) / 1e6);
 	}
-	printf("done %d seconds %.3f\n", n, (now_us() - t0) / 1e6);
+	printf("done %d seconds %.3f longest %.3f\n", n, (now_us() - t0 - paused) / 1e6,
+	       longest / 1e6);
 	return 0;
 }
 

@@ -42,8 +42,9 @@ void ss_conn_fail(struct ss_conn *c, const char *why)
 
 /*
  * Asks the progress thread to call conn_on_timer() at (or before) at. The
- * timer fires for the earliest deadline asked; conn_on_timer() re-arms it
- * for whatever deadlines are still ahead.
+ * timer fires for the earliest deadline asked (the worker never postpones
+ * one; timer_due spares its lock); conn_on_timer() re-arms it for whatever
+ * deadlines are still ahead.
  */
 static void conn_arm_timer(struct ss_conn *c, uint64_t at)
 {

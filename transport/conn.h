@@ -91,7 +91,11 @@ struct ss_defer {
 /* Queues d: the progress thread calls d->fn soon, never while one of its callbacks runs. */
 void ss_worker_defer(struct ss_worker *w, struct ss_defer *d);
 
-/* Arms t for at (ms, the one clock) or moves it there; t->fire runs on the progress thread. */
+/*
+ * Arms t to fire at at (ms, the one clock) or earlier: an armed timer only
+ * moves earlier, never later (transport/timer.h); t->fire runs on the
+ * progress thread.
+ */
 void ss_worker_timer_arm(struct ss_worker *w, struct ss_timer *t, uint64_t at);
 
 /* Disarms t. A callback already running is not waited for. */
@@ -333,7 +337,7 @@ struct ss_transport_ops {
 
 extern const struct ss_transport_ops ss_transport_ops;
 
-#define SS_TRANSPORT_OPS_VERSION 8
+#define SS_TRANSPORT_OPS_VERSION 9
 #define SS_TRANSPORT_OPS_SYMBOL  "ss_transport_ops"
 
 #endif

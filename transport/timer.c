@@ -42,13 +42,10 @@ static void timer_sift_down(struct ss_timers *h, uint32_t i)
 int ss_timers_arm(struct ss_timers *h, struct ss_timer *t, uint64_t at)
 {
 	if (ss_timer_armed(t)) {
-		uint64_t old = t->at;
-
-		t->at = at;
-		if (at < old)
+		if (at < t->at) {
+			t->at = at;
 			timer_sift_up(h, t->pos - 1);
-		else
-			timer_sift_down(h, t->pos - 1);
+		}
 		return 0;
 	}
 	if (h->n == h->cap) {

@@ -28,7 +28,11 @@ static inline bool ss_timer_armed(const struct ss_timer *t)
 	return t->pos != 0;
 }
 
-/* Arms t for at, or moves it there if armed already. Returns 0 or -ENOMEM. */
+/*
+ * Arms t to fire at at or earlier: an unarmed timer is armed for at, an
+ * armed one moves only earlier (a deadline already asked for is never
+ * postponed: whoever asked for it may depend on it). Returns 0 or -ENOMEM.
+ */
 int ss_timers_arm(struct ss_timers *h, struct ss_timer *t, uint64_t at);
 
 /* Disarms t; nothing happens if it is not armed. */
