@@ -4,6 +4,14 @@
  * /dev/shm, owned by the user and writable by nobody else, checked on every
  * open, locked with flock for each read-modify-write. Any doubt about the
  * file means no cache, never a wrong answer: the connection then probes.
+ *
+ * A destination this process saw shimmed is answered from memory (the memo)
+ * until the file's record of it expires: the file cannot say otherwise
+ * meanwhile, as a shimmed record is never demoted before it expires; the
+ * record is written again (its life renewed) once half of it has passed.
+ * So a connection to a known shimmed destination costs no system call here
+ * (the file costs about twenty: open, stat, lock, read, write, close, at
+ * the connect and at each of the server's two answers).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -145,13 +153,59 @@ static bool prober_alive(const struct cache_rec *r)
 	return r->prober > 0 && (kill(r->prober, 0) == 0 || errno == EPERM);
 }
 
-/* Guards cache_buf: threads of this process; other processes are kept out by flock. */
+/* Guards cache_buf and the memo: threads of this process; other processes are kept out by flock. */
 static pthread_mutex_t cache_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct cache_file cache_buf; /* big: not on the application's stack */
+
+#define MEMO_SLOTS 16
+static struct cache_memo {
+	uint8_t addr[16];
+	uint16_t port;
+	int64_t expires_ms; /* of the file's shimmed record, CLOCK_REALTIME; 0: free */
+} cache_memo[MEMO_SLOTS];
+static unsigned cache_memo_next; /* the slot a new destination takes (round robin) */
+
+/* How long the file's record says addr:port stays shimmed (ms; 0: not known here); cache_lock held. */
+static int64_t memo_left(const uint8_t addr[16], uint16_t port)
+{
+	int64_t now = now_real_ms();
+
+	for (int i = 0; i < MEMO_SLOTS; i++)
+		if (cache_memo[i].expires_ms > now && cache_memo[i].port == port &&
+		    memcmp(cache_memo[i].addr, addr, 16) == 0)
+			return cache_memo[i].expires_ms - now;
+	return 0;
+}
+
+/* Remembers the file's shimmed record r of addr:port; cache_lock held. */
+static void memo_note(const uint8_t addr[16], uint16_t port, const struct cache_rec *r)
+{
+	struct cache_memo *m = NULL;
+
+	for (int i = 0; i < MEMO_SLOTS && !m; i++)
+		if (cache_memo[i].port == port && memcmp(cache_memo[i].addr, addr, 16) == 0)
+			m = &cache_memo[i];
+	if (!m)
+		m = &cache_memo[cache_memo_next++ % MEMO_SLOTS];
+	memcpy(m->addr, addr, 16);
+	m->port = port;
+	m->expires_ms = r->expires_ms;
+}
 
 void ss_cache_after_fork(void)
 {
 	pthread_mutex_init(&cache_lock, NULL);
+}
+
+/* How long the memo knows addr:port as shimmed (ms; 0: ask the file). */
+static int64_t cache_memo_left(const uint8_t addr[16], uint16_t port)
+{
+	int64_t left;
+
+	pthread_mutex_lock(&cache_lock);
+	left = memo_left(addr, port);
+	pthread_mutex_unlock(&cache_lock);
+	return left;
 }
 
 enum ss_dest_state ss_cache_begin(const struct sockaddr *dst, bool *prober_p)
@@ -163,6 +217,8 @@ enum ss_dest_state ss_cache_begin(const struct sockaddr *dst, bool *prober_p)
 
 	*prober_p = false;
 	dest_key(dst, addr, &port);
+	if (cache_memo_left(addr, port) > 0)
+		return SS_DEST_SHIMMED;
 	for (;;) {
 		enum ss_dest_state st = SS_DEST_UNKNOWN;
 		bool wait = false;
@@ -177,6 +233,7 @@ enum ss_dest_state ss_cache_begin(const struct sockaddr *dst, bool *prober_p)
 			st = SS_DEST_PLAIN;
 		} else if (r->state == REC_SHIMMED) {
 			st = SS_DEST_SHIMMED;
+			memo_note(addr, port, r);
 		} else if (r->state == REC_PROBING && prober_alive(r) && ss_now_ms() < give_up) {
 			wait = true;
 		} else {
@@ -195,16 +252,24 @@ enum ss_dest_state ss_cache_begin(const struct sockaddr *dst, bool *prober_p)
 	}
 }
 
-void ss_cache_record(const struct sockaddr *dst, enum ss_dest_state st)
+void ss_cache_record(const struct sockaddr *dst, enum ss_dest_state st, bool prober)
 {
 	struct cache_file *f = &cache_buf;
 	uint8_t addr[16];
 	uint16_t port;
-	int fd = cache_open();
+	int fd;
 
+	dest_key(dst, addr, &port);
+	/*
+	 * Known, with more than half its life ahead: not written again (a
+	 * prober always writes: its "probing" mark must go).
+	 */
+	if (st == SS_DEST_SHIMMED && !prober &&
+	    cache_memo_left(addr, port) > (int64_t)ss_cfg.cache_ttl_s * 500)
+		return;
+	fd = cache_open();
 	if (fd < 0)
 		return;
-	dest_key(dst, addr, &port);
 	pthread_mutex_lock(&cache_lock);
 	cache_read(fd, f);
 	struct cache_rec *r = find(f, addr, port, st != SS_DEST_UNKNOWN);
@@ -218,6 +283,8 @@ void ss_cache_record(const struct sockaddr *dst, enum ss_dest_state st)
 			r->prober = 0;
 			r->expires_ms = now_real_ms() + (int64_t)ss_cfg.cache_ttl_s * 1000;
 		}
+		if (r->state == REC_SHIMMED)
+			memo_note(addr, port, r);
 		cache_write(fd, f);
 	}
 	pthread_mutex_unlock(&cache_lock);

@@ -77,7 +77,7 @@ static void client_drop_conn(struct ss_sock *s)
 static void client_record(struct ss_sock *s, enum ss_dest_state st)
 {
 	if (s->prober || st == SS_DEST_SHIMMED)
-		ss_cache_record((const struct sockaddr *)&s->dst, st);
+		ss_cache_record((const struct sockaddr *)&s->dst, st, s->prober);
 	s->prober = false;
 }
 

@@ -208,8 +208,12 @@ enum ss_dest_state {
  */
 enum ss_dest_state ss_cache_begin(const struct sockaddr *dst, bool *prober_p);
 
-/* Records what a probe of dst found (and ends this caller's probe). */
-void ss_cache_record(const struct sockaddr *dst, enum ss_dest_state st);
+/*
+ * Records what a connection to dst found (prober: the caller probes it, and
+ * its probe ends). SS_DEST_SHIMMED that this process knows already is not
+ * written again.
+ */
+void ss_cache_record(const struct sockaddr *dst, enum ss_dest_state st, bool prober);
 
 /* In a forked child: the cache's lock is made anew. */
 void ss_cache_after_fork(void);

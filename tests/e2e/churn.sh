@@ -9,7 +9,8 @@
 # No cycle may stall: the longest must stay under 5 s (a cycle takes tens of
 # ms; a stall waits for a handshake deadline, 15 s by default, as every
 # cycle that lost its watch did before 2026-12-02). SRQSHIM_CHURN_CYCLES
-# (default 60) sets the count.
+# (default 60) sets the count. Last, the destination cache's memo: cycles to
+# a destination known shimmed do not open the cache file.
 . "$(dirname "$0")/lib.sh"
 need_rdma
 
@@ -65,3 +66,19 @@ for mode in srq rq; do
 	awk -v l="$longest" 'BEGIN {exit !(l < 5)}' || fail "$mode: a cycle stalled for $longest s"
 	pass "$mode: $cycles cycles of connect, echo, close in $secs s, the longest $longest s: nothing grew"
 done
+
+# A destination known as shimmed costs no system call of the destination
+# cache (shim/cache.c's memo): over 20 cycles the client opens the cache
+# file only at its first connect (it probes) and at the first answer.
+port=$((port + 1))
+env LD_PRELOAD="$PRELOAD" "$IE" server "$ADDR" $port 2> "$WORK/server.err" &
+spid=$!
+wait_listen $port
+printf 'go\ngo\n' | strace -f -e trace=openat -o "$WORK/opens" \
+	env LD_PRELOAD="$PRELOAD" "$IE" churn "$ADDR" $port 20 > "$WORK/churn.memo" 2> "$WORK/churn.err" ||
+	{ cat "$WORK/churn.err"; fail "memo: the client failed"; }
+kill $spid; wait $spid 2>/dev/null || true
+opens=$(grep -c 'srqshim-.*\.cache' "$WORK/opens" || true)
+[ "$opens" -le 2 ] || fail "memo: the cache file was opened $opens times in 20 cycles to one shimmed destination"
+pass "memo: 20 cycles to one shimmed destination opened the cache file $opens times"
+
