@@ -20,6 +20,7 @@
 #include "shim/mux.h"
 #include "shim/real.h"
 #include "shim/shim.h"
+#include "shim/xfer.h"
 #include "transport/log.h"
 
 #define EXPORT __attribute__((visibility("default")))
@@ -29,6 +30,9 @@ ssize_t __read_chk(int fd, void *buf, size_t count, size_t buflen);
 ssize_t __recv_chk(int fd, void *buf, size_t len, size_t buflen, int flags);
 ssize_t __recvfrom_chk(int fd, void *buf, size_t len, size_t buflen, int flags,
 		       struct sockaddr *addr, socklen_t *alen);
+/* By their symbols: <sys/sendfile.h> would rename sendfile to sendfile64 (64-bit offsets). */
+ssize_t sendfile(int out, int in, off_t *offset, size_t count);
+ssize_t sendfile64(int out, int in, off_t *offset, size_t count);
 
 static inline void real_ready(void)
 {
@@ -335,6 +339,54 @@ EXPORT ssize_t sendmsg(int fd, const struct msghdr *msg, int flags)
 	real_ready();
 	r = ss_io_send(fd, msg->msg_iov, (int)msg->msg_iovlen, flags, &handled);
 	return handled ? to_libc(r) : ss_real.sendmsg(fd, msg, flags);
+}
+
+/* ---- many messages, files and pipes (xfer.c) ---- */
+
+EXPORT int sendmmsg(int fd, struct mmsghdr *v, unsigned n, int flags)
+{
+	bool handled;
+	int r;
+
+	real_ready();
+	r = ss_xfer_sendmmsg(fd, v, n, flags, &handled);
+	return handled ? (int)to_libc(r) : ss_real.sendmmsg(fd, v, n, flags);
+}
+
+EXPORT int recvmmsg(int fd, struct mmsghdr *v, unsigned n, int flags, struct timespec *timeout)
+{
+	bool handled;
+	int r;
+
+	real_ready();
+	r = ss_xfer_recvmmsg(fd, v, n, flags, timeout, &handled);
+	return handled ? (int)to_libc(r) : ss_real.recvmmsg(fd, v, n, flags, timeout);
+}
+
+EXPORT ssize_t sendfile(int out, int in, off_t *offset, size_t count)
+{
+	bool handled;
+	ssize_t r;
+
+	real_ready();
+	r = ss_xfer_sendfile(out, in, offset, count, &handled);
+	return handled ? to_libc(r) : ss_real.sendfile(out, in, offset, count);
+}
+
+/* The same call where off_t is 64 bits (every 64-bit target). */
+EXPORT ssize_t sendfile64(int out, int in, off_t *offset, size_t count)
+{
+	return sendfile(out, in, offset, count);
+}
+
+EXPORT ssize_t splice(int in, loff_t *off_in, int out, loff_t *off_out, size_t len, unsigned flags)
+{
+	bool handled;
+	ssize_t r;
+
+	real_ready();
+	r = ss_xfer_splice(in, off_in, out, off_out, len, flags, &handled);
+	return handled ? to_libc(r) : ss_real.splice(in, off_in, out, off_out, len, flags);
 }
 
 /* ---- the end of a socket ---- */

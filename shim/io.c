@@ -505,6 +505,31 @@ struct ss_sock *ss_io_get(int fd)
 	return io_classify(fd);
 }
 
+void ss_io_error_back(int fd, int err)
+{
+	struct ss_sock *s;
+
+	if (err != ECONNRESET)
+		return;
+	s = ss_sock_get(fd);
+	if (s)
+		atomic_store(&s->reset_taken, false);
+	ss_sock_put(s);
+}
+
+bool ss_io_ours(int fd, bool reading)
+{
+	struct ss_sock *s = ss_io_get(fd);
+	int st = s ? ss_sock_state(s) : SS_SOCK_FRESH;
+	bool ours = st >= SS_SOCK_CONNECTING &&
+		    (st != SS_SOCK_PLAIN || (reading && s->strip != SS_STRIP_NONE));
+
+	if (st == SS_SOCK_PLAIN && !ours)
+		ss_io_forget_if_plain(s);
+	ss_sock_put(s);
+	return ours;
+}
+
 ssize_t ss_io_recv(int fd, const struct iovec *iov, int n, int flags, bool *handled)
 {
 	struct ss_sock *s = ss_io_get(fd);

@@ -20,6 +20,13 @@ struct ss_sock *ss_io_get(int fd);
  */
 ssize_t ss_io_recv(int fd, const struct iovec *iov, int n, int flags, bool *handled);
 
+/*
+ * A call that got err from fd but returns success (it moved something
+ * before): the error is reported again by the next call, as the kernel
+ * keeps a socket's pending error (only a reset is kept; others recur).
+ */
+void ss_io_error_back(int fd, int err);
+
 /* True the first time the reset of s is reported (as TCP's pending error). */
 bool ss_io_take_reset(struct ss_sock *s);
 
@@ -28,6 +35,13 @@ void ss_io_forget_if_plain(struct ss_sock *s);
 
 /* The application set SO_RCVTIMEO (out: SO_SNDTIMEO) on s: waits use the new value. */
 void ss_io_timeo_changed(struct ss_sock *s, bool out);
+
+/*
+ * Whether the bytes of fd go through the shim (reading: also a plain
+ * connection that still has handshake messages to take off its head).
+ * A call that may not be split into reads and writes asks first.
+ */
+bool ss_io_ours(int fd, bool reading);
 
 /* A write-like call on fd; as ss_io_recv(). */
 ssize_t ss_io_send(int fd, const struct iovec *iov, int n, int flags, bool *handled);

@@ -28,6 +28,10 @@
 	X(sendto, ssize_t, (int, const void *, size_t, int, const struct sockaddr *, socklen_t))   \
 	X(recvmsg, ssize_t, (int, struct msghdr *, int))                                           \
 	X(sendmsg, ssize_t, (int, const struct msghdr *, int))                                     \
+	X(sendmmsg, int, (int, struct mmsghdr *, unsigned, int))                                   \
+	X(recvmmsg, int, (int, struct mmsghdr *, unsigned, int, struct timespec *))                \
+	X(sendfile, ssize_t, (int, int, off_t *, size_t))                                          \
+	X(splice, ssize_t, (int, loff_t *, int, loff_t *, size_t, unsigned))                       \
 	X(close, int, (int))                                                                       \
 	X(shutdown, int, (int, int))                                                               \
 	X(dup, int, (int))                                                                         \

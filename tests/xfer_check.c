@@ -1,0 +1,311 @@
+/*
+ * xfer_check: sendfile, splice, sendmmsg and recvmmsg on a connection,
+ * printing what each call returned, so that a run over kernel TCP and one
+ * under the shim can be compared line by line (tests/e2e/xfer.sh).
+ *
+ *   xfer_check server ADDR PORT FILE
+ *       writes a 4 MiB + 123 byte pattern to FILE; accepts one connection
+ *       and sends: FILE with sendfile from its offset (blocking), a part
+ *       of it with sendfile at an explicit offset, three messages with one
+ *       sendmmsg, 50,000 bytes through a pipe with splice, then FILE again
+ *       with sendfile on a non-blocking socket (EAGAIN: poll, go on); and
+ *       the calls TCP refuses (sendfile from a pipe, splice with an offset
+ *       on the socket, splice to a regular file). Prints each result, the
+ *       file offsets, and the SHA-256 of the stream it meant to send.
+ *   xfer_check client ADDR PORT
+ *       reads the whole stream by turns with recvmmsg (MSG_WAITFORONE),
+ *       splice into a pipe and read, until the end; prints the byte count
+ *       and the SHA-256 of what it received.
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/sendfile.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "sha256.h"
+
+#define FILE_SIZE (4 * 1024 * 1024 + 123)
+
+static void die(const char *what)
+{
+	fprintf(stderr, "xfer_check: %s: %s\n", what, strerror(errno));
+	exit(2);
+}
+
+static struct sockaddr_in address(const char *addr, int port)
+{
+	struct sockaddr_in sin = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+
+	if (inet_pton(AF_INET, addr, &sin.sin_addr) != 1)
+		die("address");
+	return sin;
+}
+
+static unsigned char pattern(long i)
+{
+	return (unsigned char)(i * 7 + i / 251);
+}
+
+static int make_file(const char *path, struct sha256 *expect)
+{
+	static unsigned char buf[FILE_SIZE];
+	int fd = open(path, O_RDWR | O_CREAT | O_TRUNC, 0600);
+
+	if (fd < 0)
+		die("open");
+	for (long i = 0; i < FILE_SIZE; i++)
+		buf[i] = pattern(i);
+	if (write(fd, buf, FILE_SIZE) != FILE_SIZE)
+		die("write file");
+	lseek(fd, 0, SEEK_SET);
+	sha256_update(expect, buf, FILE_SIZE);
+	return fd;
+}
+
+/* The file's bytes [from, from + n) into the expected stream. */
+static void expect_file(struct sha256 *expect, long from, long n)
+{
+	unsigned char b[4096];
+
+	while (n > 0) {
+		long k = n < (long)sizeof(b) ? n : (long)sizeof(b);
+
+		for (long i = 0; i < k; i++)
+			b[i] = pattern(from + i);
+		sha256_update(expect, b, (size_t)k);
+		from += k;
+		n -= k;
+	}
+}
+
+static void refused_calls(int c, int file)
+{
+	int p[2];
+	loff_t off = 0;
+	ssize_t r;
+
+	if (pipe(p) != 0)
+		die("pipe");
+	if (write(p[1], "x", 1) != 1)
+		die("write pipe");
+	r = sendfile(c, p[0], NULL, 1);
+	printf("sendfile from a pipe: %zd %s\n", r, r < 0 ? strerror(errno) : "");
+	r = splice(p[0], NULL, c, &off, 1, 0);
+	printf("splice with an offset on the socket: %zd %s\n", r, r < 0 ? strerror(errno) : "");
+	r = splice(p[0], &off, c, NULL, 1, 0);
+	printf("splice with an offset on the pipe: %zd %s\n", r, r < 0 ? strerror(errno) : "");
+	r = splice(c, NULL, file, &off, 1, SPLICE_F_NONBLOCK);
+	printf("splice from the socket to a file: %zd %s\n", r, r < 0 ? strerror(errno) : "");
+	close(p[0]);
+	close(p[1]);
+}
+
+static int run_server(const char *addr, int port, const char *path)
+{
+	struct sockaddr_in sin = address(addr, port);
+	int l = socket(AF_INET, SOCK_STREAM, 0), one = 1, c, file, p[2];
+	struct sha256 expect;
+	char hex[65];
+	long total = 0;
+	off_t off;
+	ssize_t r;
+
+	sha256_init(&expect);
+	file = make_file(path, &expect);
+	total += FILE_SIZE;
+	setsockopt(l, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+	if (bind(l, (struct sockaddr *)&sin, sizeof(sin)) || listen(l, 8))
+		die("listen");
+	printf("listening\n");
+	fflush(stdout);
+	c = accept(l, NULL, NULL);
+	if (c < 0)
+		die("accept");
+
+	/* 1. From the file's offset, blocking: everything, and the offset moves. */
+	for (long sent = 0; sent < FILE_SIZE; sent += r) {
+		r = sendfile(c, file, NULL, (size_t)(FILE_SIZE - sent));
+		if (r <= 0)
+			die("sendfile");
+	}
+	printf("sendfile from the offset: file offset now %ld\n", (long)lseek(file, 0, SEEK_CUR));
+
+	/* 2. At an explicit offset: the file's own offset stays. */
+	off = 1000;
+	r = sendfile(c, file, &off, 70000);
+	printf("sendfile at 1000, 70000: %zd, offset %ld, file offset %ld\n", r, (long)off,
+	       (long)lseek(file, 0, SEEK_CUR));
+	if (r > 0) {
+		expect_file(&expect, 1000, r);
+		total += r;
+	}
+
+	/* 3. Three messages in one sendmmsg. */
+	{
+		static char a[10], b[20000], d[5];
+		struct iovec iov[3] = {{a, sizeof(a)}, {b, sizeof(b)}, {d, sizeof(d)}};
+		struct mmsghdr m[3];
+		int k;
+
+		memset(a, 'a', sizeof(a));
+		memset(b, 'b', sizeof(b));
+		memset(d, 'd', sizeof(d));
+		memset(m, 0, sizeof(m));
+		for (int i = 0; i < 3; i++) {
+			m[i].msg_hdr.msg_iov = &iov[i];
+			m[i].msg_hdr.msg_iovlen = 1;
+		}
+		k = sendmmsg(c, m, 3, 0);
+		printf("sendmmsg of 3: %d (%u %u %u)\n", k, m[0].msg_len, m[1].msg_len, m[2].msg_len);
+		for (int i = 0; i < k; i++) {
+			sha256_update(&expect, iov[i].iov_base, m[i].msg_len);
+			total += m[i].msg_len;
+		}
+	}
+
+	/* 4. Through a pipe. */
+	{
+		static unsigned char b[50000];
+		long moved = 0;
+
+		if (pipe(p) != 0)
+			die("pipe");
+		for (size_t i = 0; i < sizeof(b); i++)
+			b[i] = (unsigned char)(i * 13);
+		if (write(p[1], b, sizeof(b)) != (ssize_t)sizeof(b))
+			die("write pipe");
+		while (moved < (long)sizeof(b)) {
+			r = splice(p[0], NULL, c, NULL, sizeof(b) - (size_t)moved, SPLICE_F_MORE);
+			if (r <= 0)
+				die("splice to the socket");
+			moved += r;
+		}
+		printf("splice from a pipe: %ld\n", moved);
+		sha256_update(&expect, b, sizeof(b));
+		total += moved;
+		close(p[0]);
+		close(p[1]);
+	}
+
+	/* 5. The file again, non-blocking: partial sends keep the offset true. */
+	{
+		long sent = 0, eagain = 0;
+
+		fcntl(c, F_SETFL, O_NONBLOCK);
+		lseek(file, 0, SEEK_SET);
+		while (sent < FILE_SIZE) {
+			r = sendfile(c, file, NULL, (size_t)(FILE_SIZE - sent));
+			if (r > 0) {
+				sent += r;
+				if (lseek(file, 0, SEEK_CUR) != sent)
+					die("the file offset is not what was sent");
+				continue;
+			}
+			if (r < 0 && errno == EAGAIN) {
+				struct pollfd pf = {.fd = c, .events = POLLOUT};
+
+				eagain++;
+				poll(&pf, 1, -1);
+				continue;
+			}
+			die("non-blocking sendfile");
+		}
+		printf("non-blocking sendfile: all %ld bytes, file offset %ld%s\n", sent,
+		       (long)lseek(file, 0, SEEK_CUR), eagain ? ", after EAGAIN" : "");
+		expect_file(&expect, 0, FILE_SIZE);
+		total += FILE_SIZE;
+		fcntl(c, F_SETFL, 0);
+	}
+
+	refused_calls(c, file);
+	shutdown(c, SHUT_WR);
+	/* Until the client has read everything and closed. */
+	{
+		char b[16];
+
+		while (read(c, b, sizeof(b)) > 0)
+			;
+	}
+	sha256_hex(&expect, hex);
+	printf("server sent %ld sha256=%s\n", total, hex);
+	close(c);
+	unlink(path);
+	return 0;
+}
+
+static int run_client(const char *addr, int port)
+{
+	struct sockaddr_in sin = address(addr, port);
+	int c = socket(AF_INET, SOCK_STREAM, 0), p[2];
+	static char buf[4][3000], pb[7000];
+	struct sha256 got;
+	char hex[65];
+	long total = 0;
+	bool end = false;
+
+	sha256_init(&got);
+	if (c < 0 || connect(c, (struct sockaddr *)&sin, sizeof(sin)) != 0)
+		die("connect");
+	if (pipe(p) != 0)
+		die("pipe");
+	for (int turn = 0; !end; turn++) {
+		if (turn % 2 == 0) {
+			struct iovec iov[4];
+			struct mmsghdr m[4];
+			int k;
+
+			memset(m, 0, sizeof(m));
+			for (int i = 0; i < 4; i++) {
+				iov[i] = (struct iovec){buf[i], sizeof(buf[i])};
+				m[i].msg_hdr.msg_iov = &iov[i];
+				m[i].msg_hdr.msg_iovlen = 1;
+			}
+			k = recvmmsg(c, m, 4, MSG_WAITFORONE, NULL);
+			if (k < 0)
+				die("recvmmsg");
+			for (int i = 0; i < k; i++) {
+				if (m[i].msg_len == 0)
+					end = true;
+				sha256_update(&got, buf[i], m[i].msg_len);
+				total += m[i].msg_len;
+			}
+		} else {
+			ssize_t r = splice(c, NULL, p[1], NULL, sizeof(pb), 0), k;
+
+			if (r < 0)
+				die("splice from the socket");
+			if (r == 0)
+				end = true;
+			for (ssize_t left = r; left > 0; left -= k) {
+				k = read(p[0], pb, (size_t)left);
+				if (k <= 0)
+					die("read pipe");
+				sha256_update(&got, pb, (size_t)k);
+				total += k;
+			}
+		}
+	}
+	sha256_hex(&got, hex);
+	printf("client received %ld sha256=%s\n", total, hex);
+	close(c);
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	setvbuf(stdout, NULL, _IOLBF, 0);
+	if (argc == 5 && strcmp(argv[1], "server") == 0)
+		return run_server(argv[2], atoi(argv[3]), argv[4]);
+	if (argc == 4 && strcmp(argv[1], "client") == 0)
+		return run_client(argv[2], atoi(argv[3]));
+	fprintf(stderr, "usage: xfer_check server ADDR PORT FILE | client ADDR PORT\n");
+	return 2;
+}
