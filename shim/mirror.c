@@ -11,6 +11,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <sched.h>
+#include <stdatomic.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -19,16 +20,28 @@
 #include "shim/shim.h"
 #include "transport/log.h"
 
+/* Half way up the soft limit of open files (at least 512); asked once: setrlimit is not ours to see. */
+static int mirror_private_base(void)
+{
+	static atomic_int base; /* 0: not asked yet */
+	int b = atomic_load_explicit(&base, memory_order_relaxed);
+	struct rlimit rl;
+
+	if (b)
+		return b;
+	b = 512;
+	if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY &&
+	    rl.rlim_cur / 2 > (rlim_t)b)
+		b = (int)(rl.rlim_cur / 2 > INT_MAX ? INT_MAX / 2 : rl.rlim_cur / 2);
+	atomic_store_explicit(&base, b, memory_order_relaxed);
+	return b;
+}
+
 int ss_private_fd(int fd)
 {
-	struct rlimit rl;
-	int base = 512, nfd;
+	/* Above the application's fds; below them if the limit was lowered since. */
+	int nfd = ss_real.fcntl(fd, F_DUPFD_CLOEXEC, mirror_private_base());
 
-	/* Above the application's fds: half way up the soft limit. */
-	if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY &&
-	    rl.rlim_cur / 2 > (rlim_t)base)
-		base = (int)(rl.rlim_cur / 2 > INT_MAX ? INT_MAX / 2 : rl.rlim_cur / 2);
-	nfd = ss_real.fcntl(fd, F_DUPFD_CLOEXEC, base);
 	if (nfd < 0)
 		nfd = ss_real.fcntl(fd, F_DUPFD_CLOEXEC, 3);
 	return nfd < 0 ? -errno : nfd;
@@ -37,6 +50,9 @@ int ss_private_fd(int fd)
 int ss_put_on_names(struct ss_sock *s, int newfd)
 {
 	int ret = 0;
+
+	/* The names share newfd's open file from here on: its flags, asked once. */
+	int nfl = ss_real.fcntl(newfd, F_GETFL);
 
 	pthread_mutex_lock(&s->fd_lock);
 	for (int i = 0; i < s->n_fds; i++) {
@@ -47,10 +63,11 @@ int ss_put_on_names(struct ss_sock *s, int newfd)
 		ss_epoll_drop_kernel(s, fd);
 		if (ss_real.dup3(newfd, fd, fdflags & FD_CLOEXEC ? O_CLOEXEC : 0) < 0)
 			ret = -errno;
-		/* O_NONBLOCK lives in the open file: carry it over. */
-		int nfl = ss_real.fcntl(fd, F_GETFL);
-		if (flflags >= 0 && nfl >= 0)
-			ss_real.fcntl(fd, F_SETFL, (nfl & ~O_NONBLOCK) | (flflags & O_NONBLOCK));
+		/* O_NONBLOCK lives in the open file: carry it over (when it differs). */
+		if (flflags >= 0 && nfl >= 0 && (nfl & O_NONBLOCK) != (flflags & O_NONBLOCK)) {
+			nfl = (nfl & ~O_NONBLOCK) | (flflags & O_NONBLOCK);
+			ss_real.fcntl(fd, F_SETFL, nfl);
+		}
 		ss_epoll_readd_kernel(s, fd);
 	}
 	pthread_mutex_unlock(&s->fd_lock);
@@ -58,8 +75,20 @@ int ss_put_on_names(struct ss_sock *s, int newfd)
 	return ret;
 }
 
-/* What fills the application's end so that it shows "not writable". */
-static const char mirror_junk[4096];
+/*
+ * What fills the application's end so that it shows "not writable": more
+ * than its smallest send buffer holds, so one send that takes less than
+ * all of it has filled it.
+ */
+static const char mirror_junk[16384];
+
+/* Fills the application's end app with junk; a send that took less than all of it has filled it. */
+static void mirror_fill(int app)
+{
+	while (ss_real.send(app, mirror_junk, sizeof(mirror_junk), MSG_DONTWAIT | MSG_NOSIGNAL) ==
+	       (ssize_t)sizeof(mirror_junk))
+		;
+}
 
 static void mirror_drain(int fd)
 {
@@ -107,8 +136,7 @@ int ss_enter_pair(struct ss_sock *s)
 	}
 	ss_real.fcntl(shim, F_SETFL, O_NONBLOCK);
 	/* It shows nothing (junk fills the application's end) before the names see it. */
-	while (ss_real.send(sv[0], mirror_junk, sizeof(mirror_junk), MSG_DONTWAIT | MSG_NOSIGNAL) > 0)
-		;
+	mirror_fill(sv[0]);
 	pthread_mutex_lock(&s->fd_lock);
 	s->shim_fd = shim;
 	s->tokens = 0;
@@ -192,8 +220,7 @@ static void mirror_apply(struct ss_sock *s, unsigned r)
 			s->junk = false;
 		}
 	} else if (!s->junk && !s->hup_shown) {
-		while (ss_real.send(app, mirror_junk, sizeof(mirror_junk), MSG_DONTWAIT | MSG_NOSIGNAL) > 0)
-			;
+		mirror_fill(app);
 		s->junk = true;
 	}
 	if ((r & SS_RDY_RDHUP) && !s->rdhup_shown) {
