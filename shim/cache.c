@@ -30,7 +30,6 @@
 
 #define CACHE_MAGIC   0x53524351434831ull /* "SRQCH1" */
 #define CACHE_RECORDS 256
-#define PROBE_WAIT_MS 5000 /* longest wait for another process's probe */
 
 enum { REC_FREE, REC_PLAIN, REC_SHIMMED, REC_PROBING };
 
@@ -208,10 +207,40 @@ static int64_t cache_memo_left(const uint8_t addr[16], uint16_t port)
 	return left;
 }
 
-enum ss_dest_state ss_cache_begin(const struct sockaddr *dst, bool *prober_p)
+/* What the file says of addr:port; takes the probe when unknown and prober_p is given. */
+static enum ss_dest_state cache_lookup(const uint8_t addr[16], uint16_t port, bool *prober_p)
 {
 	struct cache_file *f = &cache_buf;
-	uint64_t give_up = ss_now_ms() + PROBE_WAIT_MS;
+	enum ss_dest_state st = SS_DEST_UNKNOWN;
+	int fd = cache_open();
+
+	if (fd < 0)
+		return SS_DEST_UNKNOWN;
+	pthread_mutex_lock(&cache_lock);
+	cache_read(fd, f);
+	struct cache_rec *r = find(f, addr, port, prober_p != NULL);
+	if (!r) {
+		/* Not there (and not to be made). */
+	} else if (r->state == REC_PLAIN) {
+		st = SS_DEST_PLAIN;
+	} else if (r->state == REC_SHIMMED) {
+		st = SS_DEST_SHIMMED;
+		memo_note(addr, port, r);
+	} else if (prober_p && !(r->state == REC_PROBING && prober_alive(r))) {
+		/* Unknown (or its prober died): we probe. */
+		r->state = REC_PROBING;
+		r->prober = getpid();
+		r->expires_ms = now_real_ms() + ss_cfg.acked_timeout_ms + 1000;
+		cache_write(fd, f);
+		*prober_p = true;
+	}
+	pthread_mutex_unlock(&cache_lock);
+	ss_real.close(fd); /* releases the flock */
+	return st;
+}
+
+enum ss_dest_state ss_cache_begin(const struct sockaddr *dst, bool *prober_p)
+{
 	uint8_t addr[16];
 	uint16_t port;
 
@@ -219,37 +248,19 @@ enum ss_dest_state ss_cache_begin(const struct sockaddr *dst, bool *prober_p)
 	dest_key(dst, addr, &port);
 	if (cache_memo_left(addr, port) > 0)
 		return SS_DEST_SHIMMED;
-	for (;;) {
-		enum ss_dest_state st = SS_DEST_UNKNOWN;
-		bool wait = false;
-		int fd = cache_open();
+	/* Another probe under way: we probe too, at once (never wait here, see ss_cache_peek). */
+	return cache_lookup(addr, port, prober_p);
+}
 
-		if (fd < 0)
-			return SS_DEST_UNKNOWN;
-		pthread_mutex_lock(&cache_lock);
-		cache_read(fd, f);
-		struct cache_rec *r = find(f, addr, port, true);
-		if (r->state == REC_PLAIN) {
-			st = SS_DEST_PLAIN;
-		} else if (r->state == REC_SHIMMED) {
-			st = SS_DEST_SHIMMED;
-			memo_note(addr, port, r);
-		} else if (r->state == REC_PROBING && prober_alive(r) && ss_now_ms() < give_up) {
-			wait = true;
-		} else {
-			/* Unknown (or its prober died or took too long): we probe. */
-			r->state = REC_PROBING;
-			r->prober = getpid();
-			r->expires_ms = now_real_ms() + ss_cfg.acked_timeout_ms + 1000;
-			cache_write(fd, f);
-			*prober_p = true;
-		}
-		pthread_mutex_unlock(&cache_lock);
-		ss_real.close(fd); /* releases the flock */
-		if (!wait)
-			return st;
-		ss_real.poll(NULL, 0, 10);
-	}
+enum ss_dest_state ss_cache_peek(const struct sockaddr *dst)
+{
+	uint8_t addr[16];
+	uint16_t port;
+
+	dest_key(dst, addr, &port);
+	if (cache_memo_left(addr, port) > 0)
+		return SS_DEST_SHIMMED;
+	return cache_lookup(addr, port, NULL);
 }
 
 void ss_cache_record(const struct sockaddr *dst, enum ss_dest_state st, bool prober)

@@ -91,7 +91,7 @@ static void client_connect_failed(struct ss_sock *s)
 	free(s->hold);
 	s->hold = NULL;
 	s->hold_len = 0;
-	ss_leave_pair(s);
+	ss_leave_pair(s, true);
 	ss_become_plain(s, SS_REASON_NONE);
 }
 
@@ -125,7 +125,7 @@ static void client_reconnect(struct ss_sock *s, enum ss_reason why)
 		ss_log_warn("fd %d: cannot connect again after the probe: %s", s->fds[0],
 			    strerror(errno));
 		if (s->tcp_fd >= 0)
-			ss_leave_pair(s);
+			ss_leave_pair(s, true);
 		else
 			ss_mirror_show(s, SS_RDY_HUP | SS_RDY_ERR); /* end of file, EPIPE */
 		free(s->hold);
@@ -300,6 +300,19 @@ bool ss_client_step(struct ss_sock *s)
 			ss_bg_kick(s, s->deadline); /* the progress thread looks again then */
 			return true;
 		}
+		if (!s->acked && !s->dest_shimmed && !s->prober &&
+		    ss_cfg.acked_timeout_ms > ss_cfg.hello_timeout_ms &&
+		    ss_cache_peek((const struct sockaddr *)&s->dst) == SS_DEST_SHIMMED) {
+			/*
+			 * Another probe of this destination, running when we
+			 * began, found it shimmed: its server answers once it
+			 * accepts. The acknowledged wait, then.
+			 */
+			s->dest_shimmed = true;
+			s->deadline += (uint64_t)(ss_cfg.acked_timeout_ms - ss_cfg.hello_timeout_ms);
+			ss_bg_kick(s, s->deadline);
+			return true;
+		}
 		if (s->acked) {
 			/* A shimmed server whose application does no I/O: go on over TCP, lossless. */
 			client_decline(s, SS_REASON_TIMEOUT);
@@ -422,7 +435,7 @@ int ss_client_connect(struct ss_sock *s, int fd, const struct sockaddr *addr, so
 	r = client_prepare(s, fd, addr, alen, &predicted);
 	if (r != SS_REASON_NONE) {
 		/* The one way to TCP before the SYN. */
-		if (s->tcp_fd >= 0 && ss_leave_pair(s) != 0)
+		if (s->tcp_fd >= 0 && ss_leave_pair(s, false) != 0)
 			return -EBADF;
 		return client_plain_connect(s, fd, r);
 	}

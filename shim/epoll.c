@@ -38,7 +38,8 @@ struct ss_epreg {
 	struct ss_epreg *s_next;          /* the socket's list (fd_lock) */
 	struct ss_epreg *e_next, *e_prev; /* the instance's list (its lock), fast only */
 	struct ss_epreg *r_next;          /* the instance's ready list (its lock) */
-	struct ss_ep *ep;                 /* NULL: an instance we did not make */
+	struct ss_ep *ep;                 /* NULL: an instance we did not make; see ep_id */
+	uint64_t ep_id;                   /* ep's id: once another (or none) has epfd, r is stale */
 	struct ss_sock *s;                /* a reference */
 	atomic_int refs;
 	int epfd, fd;
@@ -52,6 +53,8 @@ struct ss_epreg {
 
 struct ss_ep {
 	pthread_mutex_t lock;
+	atomic_int mem; /* its memory: one for the instance while it lives, one per registration */
+	uint64_t id; /* unique in the process: tells a closed instance from a new one of the same number */
 	atomic_int refs; /* names of the instance, and waits in progress */
 	int epfd;
 	struct ss_epreg *regs;         /* fast registrations */
@@ -112,11 +115,14 @@ static struct ss_ep *ep_get(int fd)
 	return e;
 }
 
+static void ep_mem_put(struct ss_ep *e);
+
 static void epreg_put(struct ss_epreg *r)
 {
 	if (atomic_fetch_sub(&r->refs, 1) != 1)
 		return;
 	ss_sock_put(r->s);
+	ep_mem_put(r->ep); /* r->ep stays readable (dead, maybe) as long as r lives */
 	free(r);
 }
 
@@ -144,6 +150,7 @@ static void ep_unlink_locked(struct ss_ep *e, struct ss_epreg *r)
 	r->e_next = r->e_prev = NULL;
 }
 
+/* The instance's last name closed: it is dead, its registrations leave their sockets. */
 static void ep_free(struct ss_ep *e)
 {
 	struct ss_epreg *r, *list = NULL;
@@ -174,8 +181,16 @@ static void ep_free(struct ss_ep *e)
 	}
 	if (e->wake_fd >= 0)
 		ss_real.close(e->wake_fd);
-	pthread_mutex_destroy(&e->lock);
-	free(e);
+	e->wake_fd = -1;
+	ep_mem_put(e); /* the instance's: registrations still on sockets keep the memory */
+}
+
+static void ep_mem_put(struct ss_ep *e)
+{
+	if (e && atomic_fetch_sub(&e->mem, 1) == 1) {
+		pthread_mutex_destroy(&e->lock);
+		free(e);
+	}
 }
 
 static void ep_put(struct ss_ep *e)
@@ -190,8 +205,12 @@ void ss_epoll_created(int epfd)
 
 	if (epfd < 0 || !ep_table_ready() || epfd >= ep_table_len || !(e = calloc(1, sizeof(*e))))
 		return;
+	static atomic_uint_fast64_t next_id = 1;
+
 	pthread_mutex_init(&e->lock, NULL);
 	atomic_init(&e->refs, 1);
+	atomic_init(&e->mem, 1);
+	e->id = atomic_fetch_add(&next_id, 1);
 	e->epfd = epfd;
 	e->wake_fd = -1;
 	pthread_mutex_lock(&ep_table_lock);
@@ -358,6 +377,50 @@ static struct ss_epreg *ep_find(struct ss_sock *s, int epfd, int fd)
 	return NULL;
 }
 
+/* The id of the live instance named epfd (0: none of ours). */
+static uint64_t ep_live_id(int epfd)
+{
+	struct ss_ep *e;
+	uint64_t id = 0;
+
+	if (epfd < 0 || !ep_table_ready() || epfd >= ep_table_len)
+		return 0;
+	pthread_mutex_lock(&ep_table_lock);
+	e = atomic_load_explicit(&ep_table[epfd], memory_order_relaxed);
+	if (e)
+		id = e->id; /* the table's reference keeps it alive while we look */
+	pthread_mutex_unlock(&ep_table_lock);
+	return id;
+}
+
+static int ep_mirror(struct ss_epreg *r, bool on);
+
+/*
+ * Drops s's registrations in instances that were closed: the kernel set
+ * of a closed instance is gone, and a new instance may have its number.
+ * Those answered in user space left with their instance (ep_free); those
+ * the kernel answered are found here, by the instance's id, before s's
+ * registrations are looked at. fd_lock held; returns the change of s's
+ * mirror references (ep_mirror_apply once unlocked).
+ */
+static int ep_sweep_stale(struct ss_sock *s)
+{
+	int mirror = 0;
+
+	for (struct ss_epreg **pp = &s->epregs; *pp;) {
+		struct ss_epreg *r = *pp;
+
+		if (r->fast || !r->ep_id || ep_live_id(r->epfd) == r->ep_id) {
+			pp = &r->s_next;
+			continue;
+		}
+		*pp = r->s_next;
+		mirror += ep_mirror(r, false);
+		epreg_put(r); /* the socket list's: the last one (r->ep, freed, is never read) */
+	}
+	return mirror;
+}
+
 /*
  * Whether the shadow of e can answer a registration with events ev for s
  * now: not while a thread sleeps in a kernel wait on e that our wake-up fd
@@ -374,9 +437,14 @@ static bool ep_can_answer(struct ss_ep *e, struct ss_sock *s, uint32_t events)
 /* Makes r fast in e: out of the kernel set, into the shadow (queued if ready). fd_lock held. */
 static void ep_make_fast(struct ss_ep *e, struct ss_epreg *r, bool in_kernel)
 {
+	pthread_mutex_lock(&e->lock);
+	if (e->dead) {
+		/* Closed meanwhile (its cleanup may have passed r by): r stays as it is, stale. */
+		pthread_mutex_unlock(&e->lock);
+		return;
+	}
 	if (in_kernel)
 		ss_real.epoll_ctl(r->epfd, EPOLL_CTL_DEL, r->fd, NULL);
-	pthread_mutex_lock(&e->lock);
 	r->fast = true;
 	atomic_fetch_add(&r->refs, 1); /* the instance list's */
 	r->e_prev = NULL;
@@ -419,10 +487,13 @@ static int ep_mirror(struct ss_epreg *r, bool on)
 	return on ? 1 : -1;
 }
 
-static void ep_mirror_apply(struct ss_sock *s, int delta)
+static void ep_mirror_apply(struct ss_sock *s, int delta, bool sock_locked)
 {
 	for (; delta > 0; delta--)
-		ss_ready_mirror_get(s);
+		if (sock_locked)
+			ss_ready_mirror_get_locked(s);
+		else
+			ss_ready_mirror_get(s);
 	for (; delta < 0; delta++)
 		ss_ready_mirror_put(s);
 }
@@ -442,6 +513,7 @@ int ss_epoll_ctl(int epfd, int op, int fd, struct ss_sock *s, struct epoll_event
 		return -EFAULT;
 	}
 	pthread_mutex_lock(&s->fd_lock);
+	mirror += ep_sweep_stale(s);
 	r = ep_find(s, epfd, fd);
 	switch (op) {
 	case EPOLL_CTL_ADD:
@@ -457,6 +529,9 @@ int ss_epoll_ctl(int epfd, int op, int fd, struct ss_sock *s, struct epoll_event
 		r->fd = fd;
 		r->ev = *ev;
 		r->ep = e;
+		r->ep_id = e ? e->id : 0;
+		if (e)
+			atomic_fetch_add(&e->mem, 1); /* dropped when r is freed */
 		r->s = s;
 		atomic_fetch_add(&s->refs, 1);
 		atomic_init(&r->refs, 1); /* the socket list's */
@@ -517,7 +592,7 @@ int ss_epoll_ctl(int epfd, int op, int fd, struct ss_sock *s, struct epoll_event
 		ret = -EINVAL;
 	}
 	pthread_mutex_unlock(&s->fd_lock);
-	ep_mirror_apply(s, mirror);
+	ep_mirror_apply(s, mirror, false);
 	ep_put(e);
 	return ret;
 }
@@ -527,6 +602,7 @@ void ss_epoll_upgraded(struct ss_sock *s)
 	int mirror = 0;
 
 	pthread_mutex_lock(&s->fd_lock);
+	mirror += ep_sweep_stale(s);
 	for (struct ss_epreg *r = s->epregs; r; r = r->s_next) {
 		if (r->fast)
 			continue;
@@ -538,7 +614,7 @@ void ss_epoll_upgraded(struct ss_sock *s)
 		}
 	}
 	pthread_mutex_unlock(&s->fd_lock);
-	ep_mirror_apply(s, mirror);
+	ep_mirror_apply(s, mirror, true); /* ss_become_upgraded holds s->lock */
 }
 
 void ss_epoll_leaving(struct ss_sock *s)
@@ -557,7 +633,7 @@ void ss_epoll_leaving(struct ss_sock *s)
 		mirror += ep_mirror(r, false);
 	}
 	pthread_mutex_unlock(&s->fd_lock);
-	ep_mirror_apply(s, mirror);
+	ep_mirror_apply(s, mirror, false);
 }
 
 void ss_epoll_sock_gone(struct ss_sock *s)
@@ -575,7 +651,7 @@ void ss_epoll_sock_gone(struct ss_sock *s)
 		gone = r;
 	}
 	pthread_mutex_unlock(&s->fd_lock);
-	ep_mirror_apply(s, mirror);
+	ep_mirror_apply(s, mirror, false);
 	/* After: a registration holds a reference on s. */
 	while ((r = gone)) {
 		gone = r->s_next;
@@ -587,7 +663,7 @@ void ss_epoll_drop_kernel(struct ss_sock *s, int fd)
 {
 	/* fd_lock held by the caller (ss_put_on_names). */
 	for (struct ss_epreg *r = s->epregs; r; r = r->s_next)
-		if (r->fd == fd && !r->fast)
+		if (r->fd == fd && !r->fast && !(r->ep_id && ep_live_id(r->epfd) != r->ep_id))
 			ss_real.epoll_ctl(r->epfd, EPOLL_CTL_DEL, fd, NULL);
 }
 
@@ -597,6 +673,9 @@ void ss_epoll_readd_kernel(struct ss_sock *s, int fd)
 	for (struct ss_epreg *r = s->epregs; r; r = r->s_next) {
 		struct epoll_event ev = r->ev;
 
+		/* Not into an instance that was closed (its number may be another's now). */
+		if (r->ep_id && ep_live_id(r->epfd) != r->ep_id)
+			continue;
 		if (r->fd == fd && !r->fast && ss_real.epoll_ctl(r->epfd, EPOLL_CTL_ADD, fd, &ev) < 0 &&
 		    errno != EEXIST)
 			ss_log_debug("fd %d: cannot register it again in epoll %d", fd, r->epfd);
@@ -644,7 +723,7 @@ void ss_epoll_to_kernel(int epfd)
 				mirror += ep_mirror(r, true);
 		}
 		pthread_mutex_unlock(&s->fd_lock);
-		ep_mirror_apply(s, mirror);
+		ep_mirror_apply(s, mirror, false);
 		epreg_put(r);
 	}
 	ep_put(e);

@@ -341,6 +341,129 @@ EXPORT ssize_t sendmsg(int fd, const struct msghdr *msg, int flags)
 	return handled ? to_libc(r) : ss_real.sendmsg(fd, msg, flags);
 }
 
+/* ---- the end of the process image: accepted bytes are delivered first ---- */
+
+EXPORT void _exit(int code)
+{
+	real_ready();
+	ss_shim_leaving(true);
+	ss_real._exit(code);
+	__builtin_unreachable();
+}
+
+EXPORT void _Exit(int code)
+{
+	real_ready();
+	ss_shim_leaving(true);
+	ss_real._Exit(code);
+	__builtin_unreachable();
+}
+
+/* An exec keeps the open sockets (their fds survive); what was closed is delivered first. */
+EXPORT int execve(const char *path, char *const argv[], char *const envp[])
+{
+	real_ready();
+	ss_shim_leaving(false);
+	return ss_real.execve(path, argv, envp);
+}
+
+EXPORT int execv(const char *path, char *const argv[])
+{
+	real_ready();
+	ss_shim_leaving(false);
+	return ss_real.execv(path, argv);
+}
+
+EXPORT int execvp(const char *file, char *const argv[])
+{
+	real_ready();
+	ss_shim_leaving(false);
+	return ss_real.execvp(file, argv);
+}
+
+EXPORT int execvpe(const char *file, char *const argv[], char *const envp[])
+{
+	real_ready();
+	ss_shim_leaving(false);
+	return ss_real.execvpe(file, argv, envp);
+}
+
+EXPORT int fexecve(int fd, char *const argv[], char *const envp[])
+{
+	real_ready();
+	ss_shim_leaving(false);
+	return ss_real.fexecve(fd, argv, envp);
+}
+
+/* The list forms' arguments: how many, first included, before the NULL. */
+static size_t exec_count(const char *first, va_list *ap)
+{
+	size_t n = 0;
+
+	if (first)
+		for (n = 1; va_arg(*ap, char *); n++)
+			;
+	return n;
+}
+
+/* Into argv (n + 1 entries): first, the n - 1 that follow it, NULL; the NULL is taken too. */
+static void exec_fill(char **argv, const char *first, va_list *ap, size_t n)
+{
+	argv[0] = (char *)first;
+	for (size_t i = 1; i < n; i++)
+		argv[i] = va_arg(*ap, char *);
+	if (n)
+		(void)va_arg(*ap, char *);
+	argv[n] = NULL;
+}
+
+EXPORT int execl(const char *path, const char *arg, ...)
+{
+	va_list ap, cp;
+	size_t n;
+
+	va_start(ap, arg);
+	va_copy(cp, ap);
+	n = exec_count(arg, &cp);
+	va_end(cp);
+	char *argv[n + 1];
+	exec_fill(argv, arg, &ap, n);
+	va_end(ap);
+	return execv(path, argv);
+}
+
+EXPORT int execlp(const char *file, const char *arg, ...)
+{
+	va_list ap, cp;
+	size_t n;
+
+	va_start(ap, arg);
+	va_copy(cp, ap);
+	n = exec_count(arg, &cp);
+	va_end(cp);
+	char *argv[n + 1];
+	exec_fill(argv, arg, &ap, n);
+	va_end(ap);
+	return execvp(file, argv);
+}
+
+EXPORT int execle(const char *path, const char *arg, ...)
+{
+	va_list ap, cp;
+	char **envp;
+	size_t n;
+
+	va_start(ap, arg);
+	va_copy(cp, ap);
+	n = exec_count(arg, &cp);
+	va_end(cp);
+	char *argv[n + 1];
+	exec_fill(argv, arg, &ap, n);
+	envp = va_arg(ap, char **);
+	va_end(ap);
+	return execve(path, argv, envp);
+}
+
 /* ---- many messages, files and pipes (xfer.c) ---- */
 
 EXPORT int sendmmsg(int fd, struct mmsghdr *v, unsigned n, int flags)

@@ -159,34 +159,40 @@ err_close:
 	return ret;
 }
 
-int ss_leave_pair(struct ss_sock *s)
+int ss_leave_pair(struct ss_sock *s, bool failed)
 {
 	int tcp = s->tcp_fd, ret;
 
 	/*
 	 * A thread blocked writing into the application's end (to wait for
 	 * "writable") must be out before the fd number names the TCP socket,
-	 * or its byte would go there: the end is made writable, and no new
-	 * waiter starts once mirror_on is off.
+	 * or its byte would go there: the end is made writable while there
+	 * are such writers, and no new one starts once mirror_on is off.
+	 * Only for them: a wait in epoll, poll or select on the old end
+	 * must not wake up before the TCP socket has the fd number (after a
+	 * failed connect it would miss the socket's error). It wakes below,
+	 * once the number is the socket's: a failed connect closes our end
+	 * with the junk unread, so the old end shows writable, an error and
+	 * the end, as the failed socket does; a live connection's old end is
+	 * drained first (writable, then its end: the waiter looks again).
 	 */
 	pthread_mutex_lock(&s->fd_lock);
 	s->mirror_on = false;
-	if (s->shim_fd >= 0)
-		mirror_drain(s->shim_fd);
-	s->junk = false;
 	while (s->wait_writers > 0) {
+		if (s->shim_fd >= 0)
+			mirror_drain(s->shim_fd);
+		s->junk = false;
 		pthread_mutex_unlock(&s->fd_lock);
 		sched_yield();
 		pthread_mutex_lock(&s->fd_lock);
-		if (s->shim_fd >= 0)
-			mirror_drain(s->shim_fd);
 	}
 	pthread_mutex_unlock(&s->fd_lock);
 	s->tcp_fd = -1;
 	/* The application's flags (O_NONBLOCK) come back from its names. */
 	ret = ss_put_on_names(s, tcp);
 	pthread_mutex_lock(&s->fd_lock);
-	/* Waiters blocked on the old object see its end and look again. */
+	if (s->shim_fd >= 0 && !failed)
+		mirror_drain(s->shim_fd);
 	if (s->shim_fd >= 0)
 		ss_real.close(s->shim_fd);
 	s->shim_fd = -1;

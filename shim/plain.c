@@ -104,7 +104,7 @@ int ss_fallback_flush(struct ss_sock *s)
 	/* Before the TCP socket changes hands: the progress thread must not watch it any more. */
 	if (s->bg)
 		ss_tp->worker_unwatch(ss_w, &s->watch);
-	ss_leave_pair(s);
+	ss_leave_pair(s, false);
 	ss_become_plain(s, s->reason);
 	return 0;
 }

@@ -54,14 +54,35 @@ uint32_t ss_ready_events(struct ss_sock *s)
 	return ev;
 }
 
-void ss_ready_mirror_get(struct ss_sock *s)
+/* The first mirror reference: events flow to the progress thread, the mirror shows the truth. s->lock held. */
+static void ready_mirror_first(struct ss_sock *s)
 {
-	if (atomic_fetch_add(&s->mirror_refs, 1) == 0 && s->conn &&
-	    !atomic_exchange(&s->mirror_events, true)) {
-		/* Events flow to the progress thread, and the mirror shows the truth from now on. */
+	if (s->conn && !atomic_exchange(&s->mirror_events, true)) {
 		ss_tp->worker_event_users(ss_w, 1);
 		ss_tp->conn_resync(s->conn);
 	}
+}
+
+void ss_ready_mirror_get_locked(struct ss_sock *s)
+{
+	if (atomic_fetch_add(&s->mirror_refs, 1) == 0)
+		ready_mirror_first(s);
+}
+
+void ss_ready_mirror_get(struct ss_sock *s)
+{
+	if (atomic_fetch_add(&s->mirror_refs, 1) != 0)
+		return;
+	/*
+	 * Under the socket's lock: a failing connect drops the connection
+	 * (client_drop_conn) under it, on the progress thread; read without
+	 * it, s->conn could be NULL or freed between the check and the use
+	 * (UBSan saw the NULL in tests/e2e/nbconnect.sh, a refused connect
+	 * polled while it failed).
+	 */
+	pthread_mutex_lock(&s->lock);
+	ready_mirror_first(s);
+	pthread_mutex_unlock(&s->lock);
 }
 
 void ss_ready_mirror_put(struct ss_sock *s)

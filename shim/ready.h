@@ -30,7 +30,8 @@ uint32_t ss_ready_events(struct ss_sock *s);
  * a registration the kernel answers): the mirror must show the truth, and
  * the progress thread must take CQ events. get: from now on; put: no more.
  */
-void ss_ready_mirror_get(struct ss_sock *s);
+void ss_ready_mirror_get(struct ss_sock *s); /* takes s->lock: never with it held */
+void ss_ready_mirror_get_locked(struct ss_sock *s); /* s->lock held */
 void ss_ready_mirror_put(struct ss_sock *s);
 
 /*

@@ -47,6 +47,13 @@
 	X(getpeername, int, (int, struct sockaddr *, socklen_t *))                                 \
 	X(close_range, int, (unsigned, unsigned, int))                                             \
 	X(sigaction, int, (int, const struct sigaction *, struct sigaction *))                     \
+	X(_exit, void, (int))                                                                      \
+	X(_Exit, void, (int))                                                                      \
+	X(execve, int, (const char *, char *const[], char *const[]))                               \
+	X(execv, int, (const char *, char *const[]))                                               \
+	X(execvp, int, (const char *, char *const[]))                                              \
+	X(execvpe, int, (const char *, char *const[], char *const[]))                              \
+	X(fexecve, int, (int, char *const[], char *const[]))                                       \
 	X(epoll_create, int, (int))                                                                \
 	X(epoll_create1, int, (int))                                                               \
 	X(epoll_wait, int, (int, struct epoll_event *, int, int))                                  \

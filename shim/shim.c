@@ -105,13 +105,19 @@ __attribute__((constructor)) static void ss_shim_init(void)
 	pthread_atfork(NULL, NULL, after_fork_child);
 }
 
-/* At exit, accepted bytes still get their bounded linger (not from inside a shim call). */
+void ss_shim_leaving(bool close_open)
+{
+	if (ss_in_call || ss_in_vfork_child())
+		return;
+	if (close_open)
+		ss_sock_for_each(finish_at_exit);
+	ss_close_wait_all();
+}
+
+/* At exit, accepted bytes still get their bounded linger. */
 __attribute__((destructor)) static void ss_shim_fini(void)
 {
-	if (!ss_in_call) {
-		ss_sock_for_each(finish_at_exit);
-		ss_close_wait_all();
-	}
+	ss_shim_leaving(true);
 	if (ss_w && ss_log_level >= SS_LOG_INFO) {
 		struct ss_worker_stats st;
 

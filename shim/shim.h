@@ -69,9 +69,10 @@ int ss_enter_pair(struct ss_sock *s);
 
 /*
  * Hands s->tcp_fd back to the application's names and closes our
- * socketpair end (waiters on the old object wake). Returns 0 or -errno.
+ * socketpair end (waiters on the old object wake, then: with an error and
+ * the end when the connect failed, else writable). Returns 0 or -errno.
  */
-int ss_leave_pair(struct ss_sock *s);
+int ss_leave_pair(struct ss_sock *s, bool failed);
 
 /* Makes the application's fd show ready (SS_RDY_*) as TCP would. Locks fd_lock. */
 void ss_mirror_show(struct ss_sock *s, unsigned ready);
@@ -142,6 +143,15 @@ void ss_close_delivered(struct ss_sock *s);
 /* At exit: waits until every closed socket's bytes are delivered, within SRQSHIM_LINGER_MS. */
 void ss_close_wait_all(void);
 
+/*
+ * The process image ends (exit, _exit, exec): what was accepted is
+ * delivered first, bounded by SRQSHIM_LINGER_MS, as the kernel would for
+ * TCP; close_open: the sockets still open are closed too (exit, _exit; an
+ * exec keeps them). Not from a vfork child, nor from a signal handler that
+ * interrupted a shim call (a lock may be held there).
+ */
+void ss_shim_leaving(bool close_open);
+
 void ss_close_after_fork(void);
 
 /* ---- client (client.c) ---- */
@@ -202,11 +212,15 @@ enum ss_dest_state {
 };
 
 /*
- * Looks dst up. When it is unknown, either makes this caller its prober
- * (*prober_p true: call ss_cache_record() with the outcome) or waits, a
- * bounded time, for another prober's outcome.
+ * Looks dst up. When it is unknown and nobody probes it, makes this caller
+ * its prober (*prober_p true: call ss_cache_record() with the outcome).
+ * Never waits: while another probe runs, the answer is "unknown" and the
+ * caller probes too (ss_cache_peek tells it the other probe's outcome).
  */
 enum ss_dest_state ss_cache_begin(const struct sockaddr *dst, bool *prober_p);
+
+/* What is known of dst now, without taking a probe. */
+enum ss_dest_state ss_cache_peek(const struct sockaddr *dst);
 
 /*
  * Records what a connection to dst found (prober: the caller probes it, and

@@ -3,15 +3,18 @@
 # while the peer is not reading, and every byte still arrives, then the end
 # of stream; SO_LINGER with a time makes close wait up to that long (and no
 # longer), and every byte still arrives; SO_LINGER with a zero time resets
-# the peer. The server writes without blocking until its buffers are full
-# (at most 16 MiB), closes and exits; the client reads only after a stall.
+# the peer; a process that calls _exit or execs right after close still
+# delivers everything. The server writes without blocking until its buffers
+# are full (at most 16 MiB), closes and exits; the client reads only after
+# a stall.
 # Each case over kernel TCP first, then under the shim in each mode (both
 # ends preloaded).
 . "$(dirname "$0")/lib.sh"
 need_rdma
 
 port=9900
-server() { # ADDR PORT LINGER(off|seconds): prints bytes, sha-256, close time in ms
+server() { # ADDR PORT LINGER(off|seconds) [END]: prints bytes, sha-256, close time in ms;
+	# END: exit (default), _exit (no destructors) or exec (/bin/true) right after close
 	python3 -c '
 import hashlib, os, socket, struct, sys, time
 l = socket.socket(); l.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -29,6 +32,11 @@ while n < (16 << 20):
     h.update(chunk[:k]); n += k
 t = time.monotonic(); c.close(); ms = (time.monotonic() - t) * 1000
 print(n, h.hexdigest(), int(ms), flush=True)
+end = sys.argv[4] if len(sys.argv) > 4 else "exit"
+if end == "_exit":
+    os._exit(0)
+if end == "exec":
+    os.execv("/bin/true", ["true"])
 ' "$@"
 }
 client() { # ADDR PORT STALL_S: prints bytes, sha-256, eof|reset
@@ -48,12 +56,12 @@ print(n, h.hexdigest(), end, flush=True)
 ' "$@"
 }
 
-# case LINGER STALL HOW: runs one case; sets s_n s_sha s_ms c_n c_sha c_end.
+# case LINGER STALL HOW [END]: runs one case; sets s_n s_sha s_ms c_n c_sha c_end.
 run_case() {
-	local linger=$1 stall=$2 how=$3 pre=(env) before
+	local linger=$1 stall=$2 how=$3 end=${4:-exit} pre=(env) before
 	port=$((port + 1))
 	[ "$how" != tcp ] && pre=(env LD_PRELOAD="$PRELOAD" SRQSHIM_MODE="$how")
-	"${pre[@]}" timeout 60 bash -c "$(declare -f server); server $ADDR $port $linger" \
+	"${pre[@]}" timeout 60 bash -c "$(declare -f server); server $ADDR $port $linger $end" \
 		> "$WORK/s.out" 2> "$WORK/s.err" &
 	local sp=$!
 	wait_listen $port
@@ -65,7 +73,7 @@ run_case() {
 	read -r s_n s_sha s_ms < "$WORK/s.out" || fail "$how: no server output"
 	read -r c_n c_sha c_end < "$WORK/c.out" || fail "$how: no client output"
 	pkts=$(( $(rdma_pkts) - before ))
-	echo "  $how, linger $linger, reader stalled $stall s: wrote $s_n, close took $s_ms ms; read $c_n, then $c_end ($pkts RDMA packets)"
+	echo "  $how, linger $linger, $end after close, reader stalled $stall s: wrote $s_n, close took $s_ms ms; read $c_n, then $c_end ($pkts RDMA packets)"
 	# (An abortive close may come before anything went out: no packets then, as none are owed.)
 	if [ "$how" != tcp ] && [ "$linger" != 0 ] && [ $pkts -lt 20 ]; then
 		cat "$WORK/s.err" "$WORK/c.err"
@@ -95,5 +103,12 @@ for how in tcp srq rq; do
 	run_case 0 1 $how
 	[ "$s_ms" -lt 300 ] || fail "$how: an abortive close took $s_ms ms"
 	[ "$c_end" = reset ] || fail "$how, SO_LINGER 0: the reader saw $c_end, not a reset"
-	pass "$how: close at once, SO_LINGER with a time and with zero, as over kernel TCP"
+	# _exit or exec right after close: the kernel delivers TCP's bytes; the
+	# shim delivers what it accepted before the image ends (bounded).
+	for end in _exit exec; do
+		run_case off 1.5 $how $end
+		[ "$c_end" = eof ] && [ "$c_n" = "$s_n" ] && [ "$c_sha" = "$s_sha" ] ||
+			fail "$how, $end after close: the reader got $c_n bytes then $c_end, the writer wrote $s_n"
+	done
+	pass "$how: close at once, SO_LINGER with a time and with zero, _exit and exec after close, as over kernel TCP"
 done
