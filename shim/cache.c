@@ -239,28 +239,28 @@ static enum ss_dest_state cache_lookup(const uint8_t addr[16], uint16_t port, bo
 	return st;
 }
 
-enum ss_dest_state ss_cache_begin(const struct sockaddr *dst, bool *prober_p)
+/* What is known of dst: the memo, then the file (taking the probe if prober_p is given and nobody has it). */
+static enum ss_dest_state cache_query(const struct sockaddr *dst, bool *prober_p)
 {
 	uint8_t addr[16];
 	uint16_t port;
 
-	*prober_p = false;
 	dest_key(dst, addr, &port);
 	if (cache_memo_left(addr, port) > 0)
 		return SS_DEST_SHIMMED;
-	/* Another probe under way: we probe too, at once (never wait here, see ss_cache_peek). */
 	return cache_lookup(addr, port, prober_p);
+}
+
+enum ss_dest_state ss_cache_begin(const struct sockaddr *dst, bool *prober_p)
+{
+	*prober_p = false;
+	/* Another probe under way: we probe too, at once (never wait here, see ss_cache_peek). */
+	return cache_query(dst, prober_p);
 }
 
 enum ss_dest_state ss_cache_peek(const struct sockaddr *dst)
 {
-	uint8_t addr[16];
-	uint16_t port;
-
-	dest_key(dst, addr, &port);
-	if (cache_memo_left(addr, port) > 0)
-		return SS_DEST_SHIMMED;
-	return cache_lookup(addr, port, NULL);
+	return cache_query(dst, NULL);
 }
 
 void ss_cache_record(const struct sockaddr *dst, enum ss_dest_state st, bool prober)

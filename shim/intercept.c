@@ -395,73 +395,71 @@ EXPORT int fexecve(int fd, char *const argv[], char *const envp[])
 	return ss_real.fexecve(fd, argv, envp);
 }
 
-/* The list forms' arguments: how many, first included, before the NULL. */
-static size_t exec_count(const char *first, va_list *ap)
+enum exec_how { EXEC_PATH, EXEC_SEARCH, EXEC_ENV };
+
+/*
+ * The list forms: their arguments (first, then up to a NULL) into an array
+ * on the stack, as glibc does, then the array form above; EXEC_ENV takes
+ * the environment that follows the NULL.
+ */
+static int exec_list(enum exec_how how, const char *file, const char *first, va_list *ap)
 {
 	size_t n = 0;
+	va_list cp;
 
+	va_copy(cp, *ap);
 	if (first)
-		for (n = 1; va_arg(*ap, char *); n++)
+		for (n = 1; va_arg(cp, char *); n++)
 			;
-	return n;
-}
-
-/* Into argv (n + 1 entries): first, the n - 1 that follow it, NULL; the NULL is taken too. */
-static void exec_fill(char **argv, const char *first, va_list *ap, size_t n)
-{
+	va_end(cp);
+	char *argv[n + 1];
 	argv[0] = (char *)first;
 	for (size_t i = 1; i < n; i++)
 		argv[i] = va_arg(*ap, char *);
 	if (n)
-		(void)va_arg(*ap, char *);
+		(void)va_arg(*ap, char *); /* the NULL */
 	argv[n] = NULL;
+	switch (how) {
+	case EXEC_PATH:
+		return execv(file, argv);
+	case EXEC_SEARCH:
+		return execvp(file, argv);
+	default:
+		return execve(file, argv, va_arg(*ap, char **));
+	}
 }
 
 EXPORT int execl(const char *path, const char *arg, ...)
 {
-	va_list ap, cp;
-	size_t n;
+	va_list ap;
+	int r;
 
 	va_start(ap, arg);
-	va_copy(cp, ap);
-	n = exec_count(arg, &cp);
-	va_end(cp);
-	char *argv[n + 1];
-	exec_fill(argv, arg, &ap, n);
+	r = exec_list(EXEC_PATH, path, arg, &ap);
 	va_end(ap);
-	return execv(path, argv);
+	return r;
 }
 
 EXPORT int execlp(const char *file, const char *arg, ...)
 {
-	va_list ap, cp;
-	size_t n;
+	va_list ap;
+	int r;
 
 	va_start(ap, arg);
-	va_copy(cp, ap);
-	n = exec_count(arg, &cp);
-	va_end(cp);
-	char *argv[n + 1];
-	exec_fill(argv, arg, &ap, n);
+	r = exec_list(EXEC_SEARCH, file, arg, &ap);
 	va_end(ap);
-	return execvp(file, argv);
+	return r;
 }
 
 EXPORT int execle(const char *path, const char *arg, ...)
 {
-	va_list ap, cp;
-	char **envp;
-	size_t n;
+	va_list ap;
+	int r;
 
 	va_start(ap, arg);
-	va_copy(cp, ap);
-	n = exec_count(arg, &cp);
-	va_end(cp);
-	char *argv[n + 1];
-	exec_fill(argv, arg, &ap, n);
-	envp = va_arg(ap, char **);
+	r = exec_list(EXEC_ENV, path, arg, &ap);
 	va_end(ap);
-	return execve(path, argv, envp);
+	return r;
 }
 
 /* ---- many messages, files and pipes (xfer.c) ---- */

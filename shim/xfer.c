@@ -169,14 +169,11 @@ static ssize_t xfer_sock_to_pipe(int sock, int pw, size_t len, unsigned flags, b
 
 		if (nonblock && !pipe_nb) {
 			/* A blocking pipe that must not block: at most one page, and only with room. */
-			int e = 0;
 			struct pollfd p = {.fd = pw, .events = POLLOUT};
 
-			if (ss_real.poll(&p, 1, 0) <= 0)
-				e = -EAGAIN;
-			if (e) {
+			if (ss_real.poll(&p, 1, 0) <= 0) {
 				free(buf);
-				return e;
+				return -EAGAIN;
 			}
 			want = xfer_min(want, PIPE_BUF);
 		}
