@@ -38,7 +38,7 @@ static_assert(sizeof(struct wire_decline) == 4, "wire decline body is 4 bytes");
 
 /* Extension records after the fixed body: type, length, value. */
 struct wire_ext {
-	uint16_t type; /* bit 15 set: the receiver must understand it */
+	uint16_t type;   /* bit 15 set: the receiver must understand it */
 	uint16_t length; /* of the value */
 };
 static_assert(sizeof(struct wire_ext) == 4, "extension header is 4 bytes");
@@ -62,15 +62,11 @@ static int body_len(uint8_t type)
 {
 	switch (type) {
 	case SS_MSG_HELLO:
-	case SS_MSG_ACCEPT:
-		return (int)sizeof(struct wire_params);
-	case SS_MSG_DECLINE:
-		return (int)sizeof(struct wire_decline);
+	case SS_MSG_ACCEPT: return (int)sizeof(struct wire_params);
+	case SS_MSG_DECLINE: return (int)sizeof(struct wire_decline);
 	case SS_MSG_ACK:
-	case SS_MSG_READY:
-		return 0;
-	default:
-		return -1;
+	case SS_MSG_READY: return 0;
+	default: return -1;
 	}
 }
 
@@ -93,8 +89,7 @@ static void params_from_wire(struct ss_params *p, const struct wire_params *w)
 	p->window = ntohl(w->window);
 }
 
-enum ss_dec_result ss_msg_decode(const void *buf, size_t len, struct ss_msg *msg,
-				 size_t *used_p)
+enum ss_dec_result ss_msg_decode(const void *buf, size_t len, struct ss_msg *msg, size_t *used_p)
 {
 	const uint8_t *b = buf;
 	struct wire_hdr h;

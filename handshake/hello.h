@@ -47,9 +47,9 @@ struct ss_params {
 };
 
 struct ss_msg {
-	uint8_t version; /* as sent: the sender's highest version */
-	uint8_t type;    /* enum ss_msg_type */
-	uint32_t nonce;  /* chosen by the client, echoed in every message of the exchange */
+	uint8_t version;         /* as sent: the sender's highest version */
+	uint8_t type;            /* enum ss_msg_type */
+	uint32_t nonce;          /* chosen by the client, echoed in every message of the exchange */
 	struct ss_params params; /* HELLO and ACCEPT */
 	uint16_t reason;         /* DECLINE: enum ss_reason */
 };
@@ -71,8 +71,7 @@ const char *ss_dec_result_str(enum ss_dec_result r);
  * *used_p to the message's length; on SS_DEC_SHORT sets *used_p to the total
  * length needed so far. Never reads past buf + len. Pure.
  */
-enum ss_dec_result ss_msg_decode(const void *buf, size_t len, struct ss_msg *msg,
-				 size_t *used_p);
+enum ss_dec_result ss_msg_decode(const void *buf, size_t len, struct ss_msg *msg, size_t *used_p);
 
 /*
  * Encodes msg (its version field is ignored: SS_HELLO_VERSION is sent) into

@@ -15,10 +15,10 @@
 
 /* What both sides agreed on, from one side's point of view. */
 struct ss_agreement {
-	uint32_t caps;         /* common capabilities */
-	uint8_t mtu;           /* path MTU: the smaller of both (enum ibv_mtu) */
-	uint32_t max_send;     /* largest SEND we may post: the peer's buffer size */
-	uint32_t send_window;  /* SENDs we may post before the first grant */
+	uint32_t caps;          /* common capabilities */
+	uint8_t mtu;            /* path MTU: the smaller of both (enum ibv_mtu) */
+	uint32_t max_send;      /* largest SEND we may post: the peer's buffer size */
+	uint32_t send_window;   /* SENDs we may post before the first grant */
 	uint8_t peer_recv_mode; /* enum ss_recv_mode, for the status */
 };
 

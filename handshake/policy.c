@@ -85,7 +85,8 @@ int ss_policy_parse(const char *spec, struct ss_policy *p, char *err, size_t err
 			return -EINVAL;
 		}
 		if (parse_rule(s, end, &out.rules[out.n]) < 0) {
-			snprintf(err, errlen, "'%.*s' is not ADDR[/PREFIX][:PORT] or [IPV6][/PREFIX][:PORT]",
+			snprintf(err, errlen,
+				 "'%.*s' is not ADDR[/PREFIX][:PORT] or [IPV6][/PREFIX][:PORT]",
 				 (int)(end - s), s);
 			return -EINVAL;
 		}

@@ -9,15 +9,15 @@ enum ss_reason {
 	SS_REASON_NO_DEVICE = 2,    /* no RDMA device or GID for the local address */
 	SS_REASON_PEER_PLAIN = 3,   /* the peer answered without a HELLO: not shimmed */
 	SS_REASON_PEER_DECLINED = 4,
-	SS_REASON_VERSION = 5,   /* no common protocol version or required extension */
-	SS_REASON_PARAMS = 6,    /* incompatible transport parameters */
-	SS_REASON_RESOURCE = 7,  /* a verbs resource could not be created */
-	SS_REASON_TIMEOUT = 8,   /* the peer did not finish the handshake in time */
-	SS_REASON_POLICY = 9,    /* configuration says TCP for this connection */
-	SS_REASON_MALFORMED = 10, /* the peer sent a bad handshake message */
+	SS_REASON_VERSION = 5,       /* no common protocol version or required extension */
+	SS_REASON_PARAMS = 6,        /* incompatible transport parameters */
+	SS_REASON_RESOURCE = 7,      /* a verbs resource could not be created */
+	SS_REASON_TIMEOUT = 8,       /* the peer did not finish the handshake in time */
+	SS_REASON_POLICY = 9,        /* configuration says TCP for this connection */
+	SS_REASON_MALFORMED = 10,    /* the peer sent a bad handshake message */
 	SS_REASON_GID_MISMATCH = 11, /* the peer's GID is not its TCP address */
-	SS_REASON_LOOPBACK = 12, /* loopback connection and no device configured */
-	SS_REASON_DEVICE_DOWN = 13, /* the device's port is down (or the device failed) */
+	SS_REASON_LOOPBACK = 12,     /* loopback connection and no device configured */
+	SS_REASON_DEVICE_DOWN = 13,  /* the device's port is down (or the device failed) */
 	SS_REASON__COUNT,
 };
 

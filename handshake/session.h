@@ -21,13 +21,13 @@ struct ss_hs_io {
 };
 
 enum ss_hs_read_result {
-	SS_HSR_MSG,       /* a whole message was taken off the stream into *m */
-	SS_HSR_FOREIGN,   /* the next bytes are not a handshake message; nothing taken */
-	SS_HSR_BAD,       /* our magic, but malformed or unsupported; nothing taken */
-	SS_HSR_EOF,       /* the peer closed before any message */
-	SS_HSR_TIMEOUT,   /* the deadline passed first, with nothing there */
-	SS_HSR_PARTIAL,   /* the deadline passed first, part of a message there (it stays) */
-	SS_HSR_ERROR,     /* the connection failed (reset, ...) */
+	SS_HSR_MSG,     /* a whole message was taken off the stream into *m */
+	SS_HSR_FOREIGN, /* the next bytes are not a handshake message; nothing taken */
+	SS_HSR_BAD,     /* our magic, but malformed or unsupported; nothing taken */
+	SS_HSR_EOF,     /* the peer closed before any message */
+	SS_HSR_TIMEOUT, /* the deadline passed first, with nothing there */
+	SS_HSR_PARTIAL, /* the deadline passed first, part of a message there (it stays) */
+	SS_HSR_ERROR,   /* the connection failed (reset, ...) */
 };
 
 /* Writes m completely before deadline_ms. Returns 0, -ETIMEDOUT or -errno. */

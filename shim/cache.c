@@ -38,7 +38,7 @@ struct cache_rec {
 	uint16_t port;
 	uint8_t state;
 	uint8_t pad;
-	int32_t prober; /* pid, while probing */
+	int32_t prober;     /* pid, while probing */
 	int64_t expires_ms; /* CLOCK_REALTIME */
 };
 
@@ -164,7 +164,8 @@ static struct cache_memo {
 } cache_memo[MEMO_SLOTS];
 static unsigned cache_memo_next; /* the slot a new destination takes (round robin) */
 
-/* How long the file's record says addr:port stays shimmed (ms; 0: not known here); cache_lock held. */
+/* How long the file's record says addr:port stays shimmed (ms; 0: not known here); cache_lock
+ * held. */
 static int64_t memo_left(const uint8_t addr[16], uint16_t port)
 {
 	int64_t now = now_real_ms();
@@ -239,7 +240,8 @@ static enum ss_dest_state cache_lookup(const uint8_t addr[16], uint16_t port, bo
 	return st;
 }
 
-/* What is known of dst: the memo, then the file (taking the probe if prober_p is given and nobody has it). */
+/* What is known of dst: the memo, then the file (taking the probe if prober_p is given and nobody
+ * has it). */
 static enum ss_dest_state cache_query(const struct sockaddr *dst, bool *prober_p)
 {
 	uint8_t addr[16];

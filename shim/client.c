@@ -118,7 +118,8 @@ static void client_reconnect(struct ss_sock *s, enum ss_reason why)
 		ss_real.close(nfd);
 	}
 	if (s->tcp_fd < 0 ||
-	    (s->bound_len && ss_real.bind(s->tcp_fd, (struct sockaddr *)&s->bound, s->bound_len) < 0) ||
+	    (s->bound_len &&
+	     ss_real.bind(s->tcp_fd, (struct sockaddr *)&s->bound, s->bound_len) < 0) ||
 	    (ss_real.connect(s->tcp_fd, (struct sockaddr *)&s->dst, s->dst_len) < 0 &&
 	     errno != EINPROGRESS)) {
 		/* The plain connect failed at once: the application sees a reset connection. */
@@ -153,9 +154,9 @@ static void client_probe(struct ss_sock *s)
 	 * A destination seen shimmed answers once its server accepts, which
 	 * may take long when many connect at once: it gets the longer wait.
 	 */
-	s->deadline = ss_deadline_in((s->dest_shimmed ? ss_cfg.acked_timeout_ms
-						      : ss_cfg.hello_timeout_ms) +
-				     4 * ss_rtt_ms(s->tcp_fd));
+	s->deadline = ss_deadline_in(
+		(s->dest_shimmed ? ss_cfg.acked_timeout_ms : ss_cfg.hello_timeout_ms) +
+		4 * ss_rtt_ms(s->tcp_fd));
 	ss_sock_set_state(s, SS_SOCK_PROBING);
 	ss_bg_kick(s, s->deadline);
 	ss_bg_watch(s, EPOLLIN);
@@ -169,7 +170,8 @@ static enum ss_reason client_commit(struct ss_sock *s, const struct ss_msg *m)
 	enum ss_reason r;
 
 	r = ss_agree(s, s->tcp_fd, m);
-	/* The held bytes must fit the connection's send slots at once (the peer's buffers may be small). */
+	/* The held bytes must fit the connection's send slots at once (the peer's buffers may be
+	 * small). */
 	if (r == SS_REASON_NONE && ss_tp->conn_send_capacity(s->conn) < s->hold_len)
 		r = SS_REASON_PARAMS;
 	ss_test_delay(SS_TP_CLIENT_READY);
@@ -201,7 +203,8 @@ static void client_decline(struct ss_sock *s, enum ss_reason why)
 	ss_send_msg(s->tcp_fd, &d, 1000);
 	if (s->conn)
 		client_drop_conn(s);
-	/* The server's answer may cross ours: it is taken off the stream before the application reads. */
+	/* The server's answer may cross ours: it is taken off the stream before the application
+	 * reads. */
 	s->strip = SS_STRIP_NONCE;
 	ss_fallback(s, why);
 }
@@ -258,8 +261,10 @@ static void client_answers(struct ss_sock *s)
 			ss_fallback(s, SS_REASON_MALFORMED);
 			return;
 		}
-		/* Silence is the deadline's business; this is a server that does not speak HELLO. */
-		r = rr == SS_HSR_MSG || rr == SS_HSR_BAD ? SS_REASON_MALFORMED : SS_REASON_PEER_PLAIN;
+		/* Silence is the deadline's business; this is a server that does not speak
+		 * HELLO. */
+		r = rr == SS_HSR_MSG || rr == SS_HSR_BAD ? SS_REASON_MALFORMED
+							 : SS_REASON_PEER_PLAIN;
 		client_record(s, r == SS_REASON_PEER_PLAIN ? SS_DEST_PLAIN : SS_DEST_UNKNOWN);
 		client_reconnect(s, r);
 		return;
@@ -309,15 +314,18 @@ bool ss_client_step(struct ss_sock *s)
 			 * accepts. The acknowledged wait, then.
 			 */
 			s->dest_shimmed = true;
-			s->deadline += (uint64_t)(ss_cfg.acked_timeout_ms - ss_cfg.hello_timeout_ms);
+			s->deadline +=
+				(uint64_t)(ss_cfg.acked_timeout_ms - ss_cfg.hello_timeout_ms);
 			ss_bg_kick(s, s->deadline);
 			return true;
 		}
 		if (s->acked) {
-			/* A shimmed server whose application does no I/O: go on over TCP, lossless. */
+			/* A shimmed server whose application does no I/O: go on over TCP,
+			 * lossless. */
 			client_decline(s, SS_REASON_TIMEOUT);
 		} else {
-			/* Silence: a plain server waiting for us to speak, or one that never accepts. */
+			/* Silence: a plain server waiting for us to speak, or one that never
+			 * accepts. */
 			client_record(s, SS_DEST_PLAIN);
 			client_reconnect(s, SS_REASON_PEER_PLAIN);
 		}
@@ -331,8 +339,7 @@ bool ss_client_step(struct ss_sock *s)
 		}
 		ss_fallback(s, s->reason);
 		return false;
-	default:
-		return false;
+	default: return false;
 	}
 }
 
@@ -371,7 +378,8 @@ static int client_tcp_connect(struct ss_sock *s, int fd)
 	}
 	s->reported = true;
 	if (ss_sock_state(s) == SS_SOCK_PLAIN && s->reason == SS_REASON_NONE && s->tcp_fd < 0) {
-		/* It failed: the error is the connect's (and is consumed, as a blocking connect does). */
+		/* It failed: the error is the connect's (and is consumed, as a blocking connect
+		 * does). */
 		if (ss_real.getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) == 0 && err)
 			return -err;
 	}
@@ -395,13 +403,14 @@ static int client_plain_connect(struct ss_sock *s, int fd, enum ss_reason why)
  * connection stays on TCP (with nothing of a connection left behind).
  */
 static enum ss_reason client_prepare(struct ss_sock *s, int fd, const struct sockaddr *addr,
-					socklen_t alen, struct sockaddr_storage *predicted)
+				     socklen_t alen, struct sockaddr_storage *predicted)
 {
 	enum ss_dest_state dest;
 	enum ss_reason r;
 
 	if (ss_cfg.mode == SS_MODE_TCP || !ss_policy_allows(&ss_peers, addr))
-		return SS_REASON_POLICY; /* never probed: a destination outside the policy sees no HELLO */
+		return SS_REASON_POLICY; /* never probed: a destination outside the policy sees no
+					    HELLO */
 	dest = ss_cache_begin(addr, &s->prober);
 	if (dest == SS_DEST_PLAIN)
 		return SS_REASON_PEER_PLAIN;

@@ -33,7 +33,8 @@ static int close_so_linger_ms(struct ss_sock *s)
 	return lg.l_linger > 600 ? 600000 : lg.l_linger * 1000;
 }
 
-/* The background delivery of s is over (delivered, failed, or its time is up): its reference goes. */
+/* The background delivery of s is over (delivered, failed, or its time is up): its reference
+ * goes. */
 static void close_bg_done(struct ss_sock *s)
 {
 	if (atomic_exchange(&s->closing, false)) {
@@ -55,10 +56,8 @@ static bool close_delivered_now(struct ss_sock *s)
 	case SS_SOCK_UPGRADED:
 		/* Failed (reset) counts as over: nothing more can be delivered. */
 		return ss_tp->conn_drain(s->conn, 0) != -ETIMEDOUT;
-	case SS_SOCK_FALLBACK:
-		return false;
-	default:
-		return true;
+	case SS_SOCK_FALLBACK: return false;
+	default: return true;
 	}
 }
 
@@ -115,7 +114,8 @@ void ss_sock_finish(struct ss_sock *s)
 	/* A negotiation in progress ends first: its held bytes go wherever it decides. */
 	while (ss_client_step(s) && ss_now_ms() < end) {
 		struct pollfd p = {.fd = s->tcp_fd,
-				   .events = ss_sock_state(s) == SS_SOCK_PROBING ? POLLIN : POLLOUT};
+				   .events =
+					   ss_sock_state(s) == SS_SOCK_PROBING ? POLLIN : POLLOUT};
 		uint64_t until = s->deadline && s->deadline < end ? s->deadline : end;
 		uint64_t now = ss_now_ms();
 
@@ -138,7 +138,8 @@ void ss_sock_finish(struct ss_sock *s)
 	if (ss_sock_state(s) == SS_SOCK_UPGRADED && s->conn) {
 		linger = close_so_linger_ms(s);
 		if (linger != 0) {
-			c = s->conn; /* stays until the entry is freed: the caller holds a reference */
+			/* Stays until the entry is freed: the caller holds a reference. */
+			c = s->conn;
 			shut = !s->shut_wr;
 			s->shut_wr = true;
 		}

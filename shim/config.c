@@ -11,8 +11,8 @@
 #define SS_ENV_PREFIX "SRQSHIM_"
 
 static const char *const log_levels[] = {"none", "error", "warn", "info", "debug", NULL};
-static const char *const modes[] = {[SS_MODE_TCP] = "tcp", [SS_MODE_RQ] = "rq", [SS_MODE_SRQ] = "srq",
-				     NULL};
+static const char *const modes[] = {
+	[SS_MODE_TCP] = "tcp", [SS_MODE_RQ] = "rq", [SS_MODE_SRQ] = "srq", NULL};
 
 static int check_peers(const char *value, char *err, size_t errlen)
 {
@@ -48,14 +48,17 @@ int ss_test_delays_parse(const char *value, int ms[SS_TP__COUNT], char *err, siz
 			if (strlen(test_points[i]) == n && strncmp(p, test_points[i], n) == 0)
 				break;
 		if (i == SS_TP__COUNT || p[n] != '=') {
-			snprintf(err, errlen, "SRQSHIM_TEST_DELAYS: '%.*s' is not POINT=MS (points: "
-				 "client-hello, client-ready, server-ack, server-accept)", (int)n, p);
+			snprintf(err, errlen,
+				 "SRQSHIM_TEST_DELAYS: '%.*s' is not POINT=MS (points: "
+				 "client-hello, client-ready, server-ack, server-accept)",
+				 (int)n, p);
 			return -EINVAL;
 		}
 		errno = 0;
 		v = strtol(p + n + 1, &end, 10);
 		if (end == p + n + 1 || (*end && *end != ',') || v < 0 || v > 60000 || errno) {
-			snprintf(err, errlen, "SRQSHIM_TEST_DELAYS: bad delay for %s (0 to 60000 ms)",
+			snprintf(err, errlen,
+				 "SRQSHIM_TEST_DELAYS: bad delay for %s (0 to 60000 ms)",
 				 test_points[i]);
 			return -EINVAL;
 		}
@@ -91,13 +94,15 @@ const struct ss_option ss_options[] = {
 		    "how connections are carried: srq (RDMA, receives from one shared receive "
 		    "queue and pool per process), rq (RDMA, a private receive queue and buffers "
 		    "per connection) or tcp (never upgrade)"),
-	ENUM_OPTION("LOG_LEVEL", log_level, "error", log_levels,
-		    "messages written to stderr (never when stderr is a socket): none, error, warn, "
-		    "info or debug"),
+	ENUM_OPTION(
+		"LOG_LEVEL", log_level, "error", log_levels,
+		"messages written to stderr (never when stderr is a socket): none, error, warn, "
+		"info or debug"),
 	{
 		.name = "DEVICE",
 		.defval = "",
-		.doc = "RDMA device to use (e.g. rxe0); empty: the device whose GID table holds the "
+		.doc = "RDMA device to use (e.g. rxe0); empty: the device whose GID table holds "
+		       "the "
 		       "connection's local address. Needed for loopback connections",
 		.offset = offsetof(struct ss_config, device),
 		.type = SS_OPT_STRING,
@@ -188,8 +193,8 @@ int ss_option_parse(const struct ss_option *opt, const char *value, struct ss_co
 			return -EINVAL;
 		}
 		if (v < opt->min || v > opt->max) {
-			snprintf(err, errlen, "SRQSHIM_%s=%ld is out of range [%ld, %ld]", opt->name,
-				 v, opt->min, opt->max);
+			snprintf(err, errlen, "SRQSHIM_%s=%ld is out of range [%ld, %ld]",
+				 opt->name, v, opt->min, opt->max);
 			return -ERANGE;
 		}
 		*(int *)field = (int)v;
@@ -227,15 +232,9 @@ void ss_option_format(const struct ss_option *opt, const struct ss_config *cfg, 
 	const char *field = (const char *)cfg + opt->offset;
 
 	switch (opt->type) {
-	case SS_OPT_INT:
-		snprintf(buf, len, "%d", *(const int *)field);
-		break;
-	case SS_OPT_STRING:
-		snprintf(buf, len, "%s", field);
-		break;
-	case SS_OPT_ENUM:
-		snprintf(buf, len, "%s", opt->choices[*(const int *)field]);
-		break;
+	case SS_OPT_INT: snprintf(buf, len, "%d", *(const int *)field); break;
+	case SS_OPT_STRING: snprintf(buf, len, "%s", field); break;
+	case SS_OPT_ENUM: snprintf(buf, len, "%s", opt->choices[*(const int *)field]); break;
 	}
 }
 

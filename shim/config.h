@@ -31,7 +31,7 @@ struct ss_config {
 	int linger_ms;
 	int cache_ttl_s;
 	int poll_us;
-	char peers[256]; /* SRQSHIM_PEERS, checked by ss_policy_parse() */
+	char peers[256];       /* SRQSHIM_PEERS, checked by ss_policy_parse() */
 	char test_delays[128]; /* SRQSHIM_TEST_DELAYS, checked by ss_test_delays_parse() */
 };
 

@@ -117,7 +117,8 @@ void ss_become_upgraded(struct ss_sock *s, const struct ss_params *peer)
 	ss_publish(s);
 	/* Its epoll registrations move into the shadows that can answer them. */
 	ss_epoll_upgraded(s);
-	/* The TCP side: READY (or a crossing DECLINE) before the commit point, the peer's end after. */
+	/* The TCP side: READY (or a crossing DECLINE) before the commit point, the peer's end
+	 * after. */
 	ss_bg_watch(s, EPOLLIN | EPOLLRDHUP);
 }
 
@@ -151,7 +152,7 @@ void ss_publish(struct ss_sock *s)
 		st->peer_mode = s->peer_mode;
 		st->tx_window = s->peer_window;
 		st->rx_window = (uint32_t)(ss_cfg.mode == SS_MODE_SRQ ? ss_cfg.srq_window
-								 : ss_cfg.rq_depth);
+								      : ss_cfg.rq_depth);
 		ss_tp->conn_publish(s->conn, &st->st);
 	}
 	s->stat = st;
@@ -164,38 +165,25 @@ static unsigned decide_bg_run(struct ss_sock *s)
 {
 	switch (ss_sock_state(s)) {
 	case SS_SOCK_CONNECTING:
-	case SS_SOCK_RECONNECTING:
-		ss_client_step(s);
-		break;
-	case SS_SOCK_PROBING:
-		ss_client_step(s);
-		break;
-	case SS_SOCK_ACCEPTED:
-		return ss_server_step(s) ? EPOLLIN : 0;
-	case SS_SOCK_UPGRADED:
-		return ss_upgraded_tcp_event(s) ? EPOLLIN | EPOLLRDHUP : 0;
-	case SS_SOCK_FALLBACK:
-		ss_fallback_flush(s);
-		break;
-	default:
-		return 0;
+	case SS_SOCK_RECONNECTING: ss_client_step(s); break;
+	case SS_SOCK_PROBING: ss_client_step(s); break;
+	case SS_SOCK_ACCEPTED: return ss_server_step(s) ? EPOLLIN : 0;
+	case SS_SOCK_UPGRADED: return ss_upgraded_tcp_event(s) ? EPOLLIN | EPOLLRDHUP : 0;
+	case SS_SOCK_FALLBACK: ss_fallback_flush(s); break;
+	default: return 0;
 	}
 	switch (ss_sock_state(s)) {
 	case SS_SOCK_CONNECTING:
-	case SS_SOCK_RECONNECTING:
-		return EPOLLOUT;
-	case SS_SOCK_PROBING:
-		return EPOLLIN;
-	case SS_SOCK_UPGRADED:
-		return EPOLLIN | EPOLLRDHUP;
-	case SS_SOCK_FALLBACK:
-		return EPOLLOUT;
-	default:
-		return 0;
+	case SS_SOCK_RECONNECTING: return EPOLLOUT;
+	case SS_SOCK_PROBING: return EPOLLIN;
+	case SS_SOCK_UPGRADED: return EPOLLIN | EPOLLRDHUP;
+	case SS_SOCK_FALLBACK: return EPOLLOUT;
+	default: return 0;
 	}
 }
 
-/* A callback of the progress thread: runs the socket's work unless an application thread is at it. */
+/* A callback of the progress thread: runs the socket's work unless an application thread is at
+ * it. */
 static void decide_bg_enter(struct ss_sock *s)
 {
 	int st = ss_sock_state(s);
@@ -282,30 +270,31 @@ bool ss_upgraded_tcp_event(struct ss_sock *s)
 				s->committed = true;
 				ss_tp->conn_start(s->conn);
 			} else if (m.type == SS_MSG_DECLINE && !s->committed) {
-				/* The client gave up before it saw our ACCEPT: its bytes follow on TCP. */
-				ss_fallback(s, m.reason < SS_REASON__COUNT ? (enum ss_reason)m.reason
-									   : SS_REASON_PEER_DECLINED);
+				/* The client gave up before it saw our ACCEPT: its bytes follow on
+				 * TCP. */
+				ss_fallback(s, m.reason < SS_REASON__COUNT
+						       ? (enum ss_reason)m.reason
+						       : SS_REASON_PEER_DECLINED);
 				return false;
 			}
 			continue; /* repeated ACKs and the like: skipped */
 		case SS_HSR_EOF:
-		case SS_HSR_ERROR:
-			ss_tp->conn_peer_gone(s->conn);
-			return false;
+		case SS_HSR_ERROR: ss_tp->conn_peer_gone(s->conn); return false;
 		case SS_HSR_FOREIGN:
 		case SS_HSR_BAD:
 			/* Nothing else belongs on the TCP stream after an upgrade. */
-			ss_log_warn("fd %d: unexpected bytes on the TCP side of an upgraded connection",
-				    s->fds[0]);
+			ss_log_warn(
+				"fd %d: unexpected bytes on the TCP side of an upgraded connection",
+				s->fds[0]);
 			if (ss_real.recv(s->tcp_fd, buf, sizeof(buf), MSG_DONTWAIT) <= 0) {
 				ss_tp->conn_peer_gone(s->conn);
 				return false;
 			}
 			continue;
-		case SS_HSR_TIMEOUT:
-			return true;
+		case SS_HSR_TIMEOUT: return true;
 		case SS_HSR_PARTIAL:
-			/* Part of a message: look again shortly (the fd would show readable at once). */
+			/* Part of a message: look again shortly (the fd would show readable at
+			 * once). */
 			ss_bg_kick(s, ss_deadline_in(2));
 			return false;
 		}

@@ -44,20 +44,21 @@ struct ss_epreg {
 	atomic_int refs;
 	int epfd, fd;
 	struct epoll_event ev;
-	uint32_t edge;   /* ET: events that rose since the last report */
-	bool fast;       /* the shadow answers it (not in the kernel set) */
-	bool queued;     /* on the ready list */
-	bool disabled;   /* EPOLLONESHOT fired; until EPOLL_CTL_MOD */
-	bool mirror;     /* holds a mirror reference: the kernel answers it while upgraded */
+	uint32_t edge; /* ET: events that rose since the last report */
+	bool fast;     /* the shadow answers it (not in the kernel set) */
+	bool queued;   /* on the ready list */
+	bool disabled; /* EPOLLONESHOT fired; until EPOLL_CTL_MOD */
+	bool mirror;   /* holds a mirror reference: the kernel answers it while upgraded */
 };
 
 struct ss_ep {
 	pthread_mutex_t lock;
 	atomic_int mem; /* its memory: one for the instance while it lives, one per registration */
-	uint64_t id; /* unique in the process: tells a closed instance from a new one of the same number */
+	uint64_t id;    /* unique in the process: tells a closed instance from a new one of the same
+			   number */
 	atomic_int refs; /* names of the instance, and waits in progress */
 	int epfd;
-	struct ss_epreg *regs;         /* fast registrations */
+	struct ss_epreg *regs;          /* fast registrations */
 	struct ss_epreg *rhead, *rtail; /* ready list */
 	int sleepers;
 	bool wake_pending;
@@ -67,7 +68,8 @@ struct ss_ep {
 	unsigned chan_gen; /* the worker's device count when its channels were added (0: none) */
 	bool wake_added;
 	unsigned found_calls;
-	atomic_int n_kernel; /* the application's own fds in the kernel set (an estimate: closes go unseen) */
+	atomic_int n_kernel; /* the application's own fds in the kernel set (an estimate: closes go
+				unseen) */
 	atomic_int blind_sleepers; /* threads in a kernel wait that no wake-up fd reaches */
 };
 
@@ -588,8 +590,7 @@ int ss_epoll_ctl(int epfd, int op, int fd, struct ss_sock *s, struct epoll_event
 			}
 		epreg_put(r);
 		break;
-	default:
-		ret = -EINVAL;
+	default: ret = -EINVAL;
 	}
 	pthread_mutex_unlock(&s->fd_lock);
 	ep_mirror_apply(s, mirror, false);
@@ -676,8 +677,8 @@ void ss_epoll_readd_kernel(struct ss_sock *s, int fd)
 		/* Not into an instance that was closed (its number may be another's now). */
 		if (r->ep_id && ep_live_id(r->epfd) != r->ep_id)
 			continue;
-		if (r->fd == fd && !r->fast && ss_real.epoll_ctl(r->epfd, EPOLL_CTL_ADD, fd, &ev) < 0 &&
-		    errno != EEXIST)
+		if (r->fd == fd && !r->fast &&
+		    ss_real.epoll_ctl(r->epfd, EPOLL_CTL_ADD, fd, &ev) < 0 && errno != EEXIST)
 			ss_log_debug("fd %d: cannot register it again in epoll %d", fd, r->epfd);
 	}
 }
@@ -882,8 +883,8 @@ void ss_epoll_count_kernel(int epfd, int op)
 	ep_put(e);
 }
 
-int ss_epoll_wait(int epfd, struct epoll_event *evs, int max, int timeout_ms,
-		  const sigset_t *mask, bool *handled)
+int ss_epoll_wait(int epfd, struct epoll_event *evs, int max, int timeout_ms, const sigset_t *mask,
+		  bool *handled)
 {
 	struct ss_ep *e = ep_get(epfd);
 	struct ss_wait wt;
@@ -898,7 +899,8 @@ int ss_epoll_wait(int epfd, struct epoll_event *evs, int max, int timeout_ms,
 	}
 	*handled = true;
 	if (e->kernel_only || !ss_wait_has_transport()) {
-		/* The kernel's alone; counted, so that no registration leaves its sight meanwhile. */
+		/* The kernel's alone; counted, so that no registration leaves its sight
+		 * meanwhile. */
 		atomic_fetch_add(&e->blind_sleepers, 1);
 		ss_wait_begin(&wt, timeout_ms, ss_sig_any());
 		do {

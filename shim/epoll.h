@@ -47,8 +47,8 @@ int ss_epoll_ctl(int epfd, int op, int fd, struct ss_sock *s, struct epoll_event
  * epoll_wait/epoll_pwait/epoll_pwait2 on epfd. *handled false: not ours
  * (make the real call). Returns the events or -errno.
  */
-int ss_epoll_wait(int epfd, struct epoll_event *evs, int max, int timeout_ms,
-		  const sigset_t *mask, bool *handled);
+int ss_epoll_wait(int epfd, struct epoll_event *evs, int max, int timeout_ms, const sigset_t *mask,
+		  bool *handled);
 
 /* The connection of s reports ready (SS_RDY_*, EDGE: new data): its registrations learn. */
 void ss_epoll_notify(struct ss_sock *s, unsigned ready);
@@ -56,7 +56,8 @@ void ss_epoll_notify(struct ss_sock *s, unsigned ready);
 /* s is upgraded: its registrations move into the shadows that can answer them. */
 void ss_epoll_upgraded(struct ss_sock *s);
 
-/* s is no longer upgraded: its shadow registrations go back to the kernel (ss_put_on_names re-adds). */
+/* s is no longer upgraded: its shadow registrations go back to the kernel (ss_put_on_names
+ * re-adds). */
 void ss_epoll_leaving(struct ss_sock *s);
 
 /* The last name of s is closed: its registrations go. */

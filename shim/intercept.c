@@ -144,8 +144,7 @@ EXPORT int accept4(int fd, struct sockaddr *addr, socklen_t *len, int flags)
 static int connect_again(struct ss_sock *s)
 {
 	switch (ss_sock_state(s)) {
-	case SS_SOCK_CONNECTING:
-		return -EALREADY;
+	case SS_SOCK_CONNECTING: return -EALREADY;
 	case SS_SOCK_PROBING:
 	case SS_SOCK_RECONNECTING:
 	case SS_SOCK_UPGRADED:
@@ -157,8 +156,7 @@ static int connect_again(struct ss_sock *s)
 			return 0;
 		}
 		return -EISCONN;
-	default:
-		return 1; /* the kernel's answer */
+	default: return 1; /* the kernel's answer */
 	}
 }
 
@@ -420,12 +418,9 @@ static int exec_list(enum exec_how how, const char *file, const char *first, va_
 		(void)va_arg(*ap, char *); /* the NULL */
 	argv[n] = NULL;
 	switch (how) {
-	case EXEC_PATH:
-		return execv(file, argv);
-	case EXEC_SEARCH:
-		return execvp(file, argv);
-	default:
-		return execve(file, argv, va_arg(*ap, char **));
+	case EXEC_PATH: return execv(file, argv);
+	case EXEC_SEARCH: return execvp(file, argv);
+	default: return execve(file, argv, va_arg(*ap, char **));
 	}
 }
 
@@ -784,7 +779,8 @@ EXPORT int setsockopt(int fd, int level, int name, const void *val, socklen_t le
 			s->cork = *(const int *)val != 0;
 			if (!s->cork && st == SS_SOCK_UPGRADED) {
 				struct iovec none = {NULL, 0};
-				ss_tp->conn_send(s->conn, &none, 0, false); /* flush what was held */
+				ss_tp->conn_send(s->conn, &none, 0,
+						 false); /* flush what was held */
 			}
 		}
 		pthread_mutex_unlock(&s->lock);
@@ -974,8 +970,8 @@ EXPORT int select(int nfds, fd_set *rd, fd_set *wr, fd_set *ex, struct timeval *
 		return ss_real.select(nfds, rd, wr, ex, tv);
 	if (tv) {
 		/* As Linux: the time not slept is left in *tv. */
-		uint64_t spent = ss_now_us() - start, total = (uint64_t)tv->tv_sec * 1000000 +
-							      (uint64_t)tv->tv_usec;
+		uint64_t spent = ss_now_us() - start,
+			 total = (uint64_t)tv->tv_sec * 1000000 + (uint64_t)tv->tv_usec;
 		uint64_t left = spent < total ? total - spent : 0;
 
 		tv->tv_sec = (time_t)(left / 1000000);

@@ -107,7 +107,8 @@ static bool io_poll_cqs(void)
 	return w && ss_tp->worker_poll(w) > 0;
 }
 
-/* SO_RCVTIMEO (out: SO_SNDTIMEO) of s as the kernel has it: ms rounded up, at most INT_MAX; 0: none. */
+/* SO_RCVTIMEO (out: SO_SNDTIMEO) of s as the kernel has it: ms rounded up, at most INT_MAX; 0:
+ * none. */
 static int io_timeo_read(struct ss_sock *s, bool out)
 {
 	struct timeval tv = {0, 0};
@@ -141,7 +142,8 @@ static int io_timeout_ms(struct ss_sock *s, bool out)
 
 		ms = io_timeo_read(s, out);
 		if (!atomic_compare_exchange_strong_explicit(&s->timeo_ms[out], &unknown, ms,
-							     memory_order_relaxed, memory_order_relaxed))
+							     memory_order_relaxed,
+							     memory_order_relaxed))
 			ms = unknown; /* set meanwhile: the newer value */
 	}
 	return ms ? ms : -1;
@@ -567,8 +569,7 @@ ssize_t ss_io_recv(int fd, const struct iovec *iov, int n, int flags, bool *hand
 				goto not_ours;
 			}
 			break;
-		default:
-			goto not_ours;
+		default: goto not_ours;
 		}
 		break;
 	}
@@ -623,9 +624,7 @@ ssize_t ss_io_send(int fd, const struct iovec *iov, int n, int flags, bool *hand
 	ss_in_call++;
 	while (sent < want || (want == 0 && r == 0)) {
 		switch ((st = ss_sock_state(s))) {
-		case SS_SOCK_ACCEPTED:
-			io_decide_for_write(s, fd);
-			continue;
+		case SS_SOCK_ACCEPTED: io_decide_for_write(s, fd); continue;
 		case SS_SOCK_CONNECTING:
 			/* As TCP: a write waits for the connect (EAGAIN when it may not wait). */
 			r = io_wait_decision(s, fd, flags, true);
@@ -663,7 +662,8 @@ ssize_t ss_io_send(int fd, const struct iovec *iov, int n, int flags, bool *hand
 			}
 			break;
 		case SS_SOCK_PLAIN: {
-			/* Fell back meanwhile: the rest goes to the TCP socket now on fd, as libc's. */
+			/* Fell back meanwhile: the rest goes to the TCP socket now on fd, as
+			 * libc's. */
 			struct msghdr mh = {.msg_iov = local.v, .msg_iovlen = (size_t)local.n};
 
 			r = ss_real.sendmsg(fd, &mh, flags);
@@ -674,9 +674,7 @@ ssize_t ss_io_send(int fd, const struct iovec *iov, int n, int flags, bool *hand
 			sent += (size_t)r;
 			break;
 		}
-		default:
-			r = -EBADF;
-			break;
+		default: r = -EBADF; break;
 		}
 		break;
 	}

@@ -44,7 +44,8 @@ enum ss_reason ss_tp_load(void)
 		}
 		snprintf(path, sizeof(path), "%s", info.dli_fname);
 		char *slash = strrchr(path, '/');
-		snprintf(slash ? slash + 1 : path, sizeof(path) - (size_t)(slash ? slash + 1 - path : 0),
+		snprintf(slash ? slash + 1 : path,
+			 sizeof(path) - (size_t)(slash ? slash + 1 - path : 0),
 			 "libsrqshim-transport.so");
 		h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
 		if (!h) {
@@ -85,7 +86,7 @@ void ss_transport_cfg_fill(struct ss_transport_cfg *t)
 	t->rx_window = (uint32_t)(ss_cfg.mode == SS_MODE_SRQ ? ss_cfg.srq_window : ss_cfg.rq_depth);
 	t->srq_initial = (uint32_t)ss_cfg.srq_pool;
 	t->srq_max = (uint32_t)(ss_cfg.srq_pool_max > ss_cfg.srq_pool ? ss_cfg.srq_pool_max
-								   : ss_cfg.srq_pool);
+								      : ss_cfg.srq_pool);
 	t->srq_hold = (uint32_t)ss_cfg.srq_hold;
 	t->tx_pool_max = (uint32_t)ss_cfg.tx_pool_max;
 	t->buf_size = (uint32_t)ss_cfg.buf_size;

@@ -20,7 +20,8 @@
 #include "shim/shim.h"
 #include "transport/log.h"
 
-/* Half way up the soft limit of open files (at least 512); asked once: setrlimit is not ours to see. */
+/* Half way up the soft limit of open files (at least 512); asked once: setrlimit is not ours to
+ * see. */
 static int mirror_private_base(void)
 {
 	static atomic_int base; /* 0: not asked yet */
@@ -246,4 +247,3 @@ void ss_mirror_show(struct ss_sock *s, unsigned ready)
 		mirror_apply(s, ready);
 	pthread_mutex_unlock(&s->fd_lock);
 }
-

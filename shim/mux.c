@@ -25,12 +25,12 @@
 #define POLL_OS_SPIN_EVERY 16
 
 struct poll_call {
-	struct pollfd *fds;   /* the application's array */
+	struct pollfd *fds; /* the application's array */
 	nfds_t n;
 	struct ss_sock **socks; /* per fd: an upgraded socket (a reference), or NULL */
 	struct pollfd *k;       /* what the kernel is asked: the others, then ours */
 	nfds_t nk, n_other;
-	bool moved;             /* one of ours left RDMA (fell back): the call starts again */
+	bool moved; /* one of ours left RDMA (fell back): the call starts again */
 };
 
 /* What our sockets show, into fds[].revents; returns how many show something. */
@@ -134,7 +134,8 @@ static int poll_kernel(struct poll_call *pc, struct ss_wait *sleeping, int timeo
 	if (r < 0)
 		return -err;
 	if (!sleeping)
-		return poll_others_back(pc); /* every revents, 0s too: the array may hold old ones */
+		return poll_others_back(
+			pc); /* every revents, 0s too: the array may hold old ones */
 	/* The channels and the wake-up fd: taken care of; then the others. */
 	for (nfds_t i = pc->n_other; i < pc->nk; i++) {
 		if (!pc->k[i].revents)
@@ -260,7 +261,8 @@ static int poll_once(struct pollfd *fds, nfds_t n, int timeout_ms, const sigset_
 	pc.socks = n <= POLL_STACK ? stack : calloc(2 * n, sizeof(*pc.socks));
 	if (!pc.socks)
 		return 0;
-	mir = pc.socks + n; /* sockets on the mirror, each with a reference and a mirror reference */
+	mir = pc.socks +
+	      n; /* sockets on the mirror, each with a reference and a mirror reference */
 	for (nfds_t i = 0; i < n; i++) {
 		s = fds[i].fd >= 0 ? ss_sock_get(fds[i].fd) : NULL;
 		pc.socks[i] = NULL;
@@ -357,7 +359,8 @@ int ss_select(int nfds, fd_set *rd, fd_set *wr, fd_set *ex, int timeout_ms, cons
 		return 0;
 	/* Only a call with an upgraded socket among its fds is ours. */
 	for (int fd = 0; fd < nfds && !any; fd++)
-		if ((rd && FD_ISSET(fd, rd)) || (wr && FD_ISSET(fd, wr)) || (ex && FD_ISSET(fd, ex))) {
+		if ((rd && FD_ISSET(fd, rd)) || (wr && FD_ISSET(fd, wr)) ||
+		    (ex && FD_ISSET(fd, ex))) {
 			struct ss_sock *s = ss_sock_get(fd);
 
 			any = s && (ss_sock_state(s) == SS_SOCK_UPGRADED || poll_on_mirror(s));

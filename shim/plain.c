@@ -56,11 +56,13 @@ int ss_fallback(struct ss_sock *s, enum ss_reason why)
 		n = ss_tp->conn_take_unsent(s->conn, &unsent);
 	if (n > 0) {
 		/* What the connection took came before anything held since. */
-		size_t max = (size_t)n + s->hold_len > SS_HOLD_MAX ? (size_t)n + s->hold_len : SS_HOLD_MAX;
+		size_t max = (size_t)n + s->hold_len > SS_HOLD_MAX ? (size_t)n + s->hold_len
+								   : SS_HOLD_MAX;
 		uint8_t *buf = malloc(max);
 
 		if (!buf) {
-			ss_log_error("fd %d: no memory for %zd unsent bytes: they are lost", s->fds[0], n);
+			ss_log_error("fd %d: no memory for %zd unsent bytes: they are lost",
+				     s->fds[0], n);
 		} else {
 			memcpy(buf, unsent, (size_t)n);
 			memcpy(buf + n, s->hold, s->hold_len);
@@ -81,7 +83,8 @@ int ss_fallback(struct ss_sock *s, enum ss_reason why)
 int ss_fallback_flush(struct ss_sock *s)
 {
 	while (s->hold_len) {
-		ssize_t n = ss_real.send(s->tcp_fd, s->hold, s->hold_len, MSG_DONTWAIT | MSG_NOSIGNAL);
+		ssize_t n =
+			ss_real.send(s->tcp_fd, s->hold, s->hold_len, MSG_DONTWAIT | MSG_NOSIGNAL);
 
 		if (n > 0) {
 			memmove(s->hold, s->hold + n, s->hold_len - (size_t)n);
@@ -125,7 +128,8 @@ int ss_strip(struct ss_sock *s, int fd, bool wait)
 		enum ss_hs_read_result r;
 
 		if (wait) {
-			/* The first bytes decide: wait for them here, not in the application's read. */
+			/* The first bytes decide: wait for them here, not in the application's
+			 * read. */
 			struct pollfd p = {.fd = fd, .events = POLLIN};
 
 			if (ss_real.poll(&p, 1, -1) < 0)
@@ -141,8 +145,10 @@ int ss_strip(struct ss_sock *s, int fd, bool wait)
 			if (ss_hs_consume(&ss_real_io, fd, used) != 0)
 				return -EIO;
 			if (s->strip == SS_STRIP_HELLO) {
-				/* A HELLO after our application wrote first: no upgrade, and it is told so. */
-				struct ss_msg d = {.type = SS_MSG_DECLINE, .nonce = m.nonce,
+				/* A HELLO after our application wrote first: no upgrade, and it is
+				 * told so. */
+				struct ss_msg d = {.type = SS_MSG_DECLINE,
+						   .nonce = m.nonce,
 						   .reason = SS_REASON_TIMEOUT};
 
 				ss_send_msg(fd, &d, 1000);
@@ -150,10 +156,8 @@ int ss_strip(struct ss_sock *s, int fd, bool wait)
 				s->strip = SS_STRIP_NONCE;
 			}
 			continue;
-		case SS_HSR_TIMEOUT:
-			return 0; /* nothing there yet: the next read looks again */
-		case SS_HSR_PARTIAL:
-			return -EAGAIN;
+		case SS_HSR_TIMEOUT: return 0; /* nothing there yet: the next read looks again */
+		case SS_HSR_PARTIAL: return -EAGAIN;
 		default:
 			/* Application bytes, or the end: nothing more is ever stripped. */
 			s->strip = SS_STRIP_NONE;

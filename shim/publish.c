@@ -147,8 +147,9 @@ struct ss_stats_conn *ss_stats_conn_open(int app_fd, int tcp_fd, const struct so
 	__atomic_thread_fence(__ATOMIC_RELEASE);
 	ss_real.getsockname(tcp_fd, (struct sockaddr *)&la, &ll);
 	if (ss_real.getpeername(tcp_fd, (struct sockaddr *)&pa, &pl) != 0 && peer)
-		memcpy(&pa, peer, peer->sa_family == AF_INET6 ? sizeof(struct sockaddr_in6)
-							     : sizeof(struct sockaddr_in));
+		memcpy(&pa, peer,
+		       peer->sa_family == AF_INET6 ? sizeof(struct sockaddr_in6)
+						   : sizeof(struct sockaddr_in));
 	fill_addr(&c->local, &la);
 	fill_addr(&c->peer, &pa);
 	c->fd = app_fd;

@@ -54,7 +54,8 @@ uint32_t ss_ready_events(struct ss_sock *s)
 	return ev;
 }
 
-/* The first mirror reference: events flow to the progress thread, the mirror shows the truth. s->lock held. */
+/* The first mirror reference: events flow to the progress thread, the mirror shows the truth.
+ * s->lock held. */
 static void ready_mirror_first(struct ss_sock *s)
 {
 	if (s->conn && !atomic_exchange(&s->mirror_events, true)) {
@@ -191,7 +192,8 @@ void ss_ready_poll_sleep(int delta)
 			ready_list->prev = me;
 		ready_list = me;
 		me->listed = true;
-		/* Sequentially consistent, as the readiness it looks at after counting (ss_ready_conn). */
+		/* Sequentially consistent, as the readiness it looks at after counting
+		 * (ss_ready_conn). */
 		atomic_fetch_add(&ready_poll_sleepers, 1);
 	} else if (delta < 0) {
 		ready_unlist(me);
@@ -207,7 +209,8 @@ void ss_ready_wake_pollers(void)
 		return;
 	pthread_mutex_lock(&ready_list_lock);
 	for (struct ready_sleeper *t = ready_list; t; t = t->next)
-		if (!atomic_exchange(&t->woken, true) && ss_real.write(t->fd, &one, sizeof(one)) < 0) {
+		if (!atomic_exchange(&t->woken, true) &&
+		    ss_real.write(t->fd, &one, sizeof(one)) < 0) {
 			/* A full counter still wakes it. */
 		}
 	pthread_mutex_unlock(&ready_list_lock);

@@ -30,7 +30,7 @@ uint32_t ss_ready_events(struct ss_sock *s);
  * a registration the kernel answers): the mirror must show the truth, and
  * the progress thread must take CQ events. get: from now on; put: no more.
  */
-void ss_ready_mirror_get(struct ss_sock *s); /* takes s->lock: never with it held */
+void ss_ready_mirror_get(struct ss_sock *s);        /* takes s->lock: never with it held */
 void ss_ready_mirror_get_locked(struct ss_sock *s); /* s->lock held */
 void ss_ready_mirror_put(struct ss_sock *s);
 
@@ -40,7 +40,7 @@ void ss_ready_mirror_put(struct ss_sock *s);
  * how often spinning found work, then arms them and sleeps in the kernel.
  */
 struct ss_wait {
-	uint64_t origin_us;  /* when the call began (ss_wait_begin) */
+	uint64_t origin_us;             /* when the call began (ss_wait_begin) */
 	uint64_t start_us, deadline_us; /* this spin's start; deadline UINT64_MAX: none */
 	uint64_t spin_end_us;
 	uint64_t now_us;   /* the last clock reading (read every 4th round of a spin) */

@@ -24,7 +24,8 @@ void ss_real_init(void)
 		void *f = dlsym(RTLD_NEXT, names[i]);
 
 		if (!f) {
-			static const char msg[] = "srqshim: error: cannot resolve a libc function\n";
+			static const char msg[] =
+				"srqshim: error: cannot resolve a libc function\n";
 			syscall(SYS_write, 2, msg, sizeof(msg) - 1);
 			abort();
 		}

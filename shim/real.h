@@ -60,8 +60,8 @@
 	X(epoll_pwait, int, (int, struct epoll_event *, int, int, const sigset_t *))               \
 	X(ppoll, int, (struct pollfd *, nfds_t, const struct timespec *, const sigset_t *))        \
 	X(select, int, (int, fd_set *, fd_set *, fd_set *, struct timeval *))                      \
-	X(pselect, int, (int, fd_set *, fd_set *, fd_set *, const struct timespec *,              \
-			 const sigset_t *))                                                        \
+	X(pselect, int,                                                                            \
+	  (int, fd_set *, fd_set *, fd_set *, const struct timespec *, const sigset_t *))          \
 	X(__read_chk, ssize_t, (int, void *, size_t, size_t))                                      \
 	X(__recv_chk, ssize_t, (int, void *, size_t, size_t, int))                                 \
 	X(__recvfrom_chk, ssize_t,                                                                 \

@@ -36,12 +36,9 @@ static enum server_look server_ack_if_hello(struct ss_sock *s, int fd)
 			s->acked = ss_send_msg(fd, &ack, 1000) == 0;
 		}
 		return SERVER_DONE;
-	case SS_HSR_TIMEOUT:
-		return SERVER_WAIT;
-	case SS_HSR_PARTIAL:
-		return SERVER_PARTIAL;
-	default:
-		return SERVER_DONE;
+	case SS_HSR_TIMEOUT: return SERVER_WAIT;
+	case SS_HSR_PARTIAL: return SERVER_PARTIAL;
+	default: return SERVER_DONE;
 	}
 }
 
@@ -75,14 +72,9 @@ out:
 bool ss_server_step(struct ss_sock *s)
 {
 	switch (s->acked || s->tcp_fd < 0 ? SERVER_DONE : server_ack_if_hello(s, s->tcp_fd)) {
-	case SERVER_WAIT:
-		return true;
-	case SERVER_PARTIAL:
-		ss_bg_kick(s, ss_deadline_in(2));
-		return false;
-	default:
-		server_stop_watch(s);
-		return false;
+	case SERVER_WAIT: return true;
+	case SERVER_PARTIAL: ss_bg_kick(s, ss_deadline_in(2)); return false;
+	default: server_stop_watch(s); return false;
 	}
 }
 
@@ -158,19 +150,19 @@ int ss_server_decide(struct ss_sock *s, int fd, int wait_ms)
 		return 0;
 	switch (ss_hs_read(&ss_real_io, fd, &hello, ss_deadline_in(wait_ms), &dec)) {
 	case SS_HSR_TIMEOUT:
-	case SS_HSR_PARTIAL:
-		return -EAGAIN;
-	case SS_HSR_MSG:
-		break;
+	case SS_HSR_PARTIAL: return -EAGAIN;
+	case SS_HSR_MSG: break;
 	case SS_HSR_BAD:
 		/* Our magic but nothing we can read: the bytes stay, for the application. */
 		ss_log_warn("fd %d: %s handshake from the client: staying on TCP, bytes untouched",
 			    fd, ss_dec_result_str(dec));
 		server_stop_watch(s);
-		ss_become_plain(s, dec == SS_DEC_UNSUPPORTED ? SS_REASON_VERSION : SS_REASON_MALFORMED);
+		ss_become_plain(s, dec == SS_DEC_UNSUPPORTED ? SS_REASON_VERSION
+							     : SS_REASON_MALFORMED);
 		return 0;
 	default:
-		/* Application bytes, end of file, or a handshake we cannot read: plain, untouched. */
+		/* Application bytes, end of file, or a handshake we cannot read: plain,
+		 * untouched. */
 		server_stop_watch(s);
 		ss_become_plain(s, SS_REASON_PEER_PLAIN);
 		return 0;

@@ -122,10 +122,11 @@ __attribute__((destructor)) static void ss_shim_fini(void)
 		struct ss_worker_stats st;
 
 		ss_tp->worker_get_stats(ss_w, &st);
-		ss_log_info("at exit: registered %llu KiB; SRQ pool %u blocks (bound %u), %u posted, "
-			    "at most %u held at once, %llu limit events",
-			    (unsigned long long)(st.reg_bytes >> 10), st.srq_blocks, st.srq_max,
-			    st.srq_posted, st.srq_peak_held, (unsigned long long)st.srq_limit_events);
+		ss_log_info(
+			"at exit: registered %llu KiB; SRQ pool %u blocks (bound %u), %u posted, "
+			"at most %u held at once, %llu limit events",
+			(unsigned long long)(st.reg_bytes >> 10), st.srq_blocks, st.srq_max,
+			st.srq_posted, st.srq_peak_held, (unsigned long long)st.srq_limit_events);
 	}
 	ss_stats_fini();
 }

@@ -77,7 +77,6 @@ int ss_leave_pair(struct ss_sock *s, bool failed);
 /* Makes the application's fd show ready (SS_RDY_*) as TCP would. Locks fd_lock. */
 void ss_mirror_show(struct ss_sock *s, unsigned ready);
 
-
 /* ---- negotiation, both sides (decide.c) ---- */
 
 /* Milliseconds from now on the one clock. */
@@ -116,7 +115,8 @@ int ss_bg_start(struct ss_sock *s);
  */
 void ss_bg_kick(struct ss_sock *s, uint64_t at);
 
-/* Watches s->tcp_fd for events (EPOLLIN/EPOLLOUT) on the progress thread, once (re-armed by its run). */
+/* Watches s->tcp_fd for events (EPOLLIN/EPOLLOUT) on the progress thread, once (re-armed by its
+ * run). */
 void ss_bg_watch(struct ss_sock *s, unsigned events);
 
 /*
@@ -177,7 +177,8 @@ void ss_server_accepted(struct ss_sock *s, int fd);
  */
 int ss_server_decide(struct ss_sock *s, int fd, int wait_ms);
 
-/* The background watch of an accepted, undecided connection (lock held). Returns true to keep watching. */
+/* The background watch of an accepted, undecided connection (lock held). Returns true to keep
+ * watching. */
 bool ss_server_step(struct ss_sock *s);
 
 /* ---- falling back to TCP (plain.c) ---- */

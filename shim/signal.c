@@ -51,7 +51,8 @@ static void sig_trampoline(int sig, siginfo_t *info, void *uc)
 		h(sig);
 }
 
-/* Whether act installs a handler we wrap (not SIG_DFL, SIG_IGN, or a signal that cannot be caught). */
+/* Whether act installs a handler we wrap (not SIG_DFL, SIG_IGN, or a signal that cannot be
+ * caught). */
 static bool sig_wrapped(int sig, const struct sigaction *act)
 {
 	if (sig <= 0 || sig >= NSIG || sig == SIGKILL || sig == SIGSTOP)
@@ -112,8 +113,7 @@ EXPORT sighandler_t bsd_signal(int sig, sighandler_t handler)
 /* sysv_signal(): the handler is reset on delivery and the signal not blocked in it. */
 EXPORT sighandler_t sysv_signal(int sig, sighandler_t handler)
 {
-	struct sigaction act = {.sa_handler = handler, .sa_flags = SA_RESETHAND | SA_NODEFER},
-			 old;
+	struct sigaction act = {.sa_handler = handler, .sa_flags = SA_RESETHAND | SA_NODEFER}, old;
 
 	sigemptyset(&act.sa_mask);
 	if (sigaction(sig, &act, &old) != 0)

@@ -127,16 +127,17 @@ static void sock_free(struct ss_sock *s)
 			struct ss_conn_stats st;
 
 			ss_tp->conn_get_stats(s->conn, &st);
-			ss_log_info("connection done: sent %llu B in %llu messages, received %llu B "
-				    "in %llu, grants %llu/%llu and credit requests %llu/%llu "
-				    "(sent/received), copied out %llu",
-				    (unsigned long long)st.tx_bytes, (unsigned long long)st.tx_msgs,
-				    (unsigned long long)st.rx_bytes, (unsigned long long)st.rx_msgs,
-				    (unsigned long long)st.grants_sent,
-				    (unsigned long long)st.grants_received,
-				    (unsigned long long)st.requests_sent,
-				    (unsigned long long)st.requests_received,
-				    (unsigned long long)st.copied_out);
+			ss_log_info(
+				"connection done: sent %llu B in %llu messages, received %llu B "
+				"in %llu, grants %llu/%llu and credit requests %llu/%llu "
+				"(sent/received), copied out %llu",
+				(unsigned long long)st.tx_bytes, (unsigned long long)st.tx_msgs,
+				(unsigned long long)st.rx_bytes, (unsigned long long)st.rx_msgs,
+				(unsigned long long)st.grants_sent,
+				(unsigned long long)st.grants_received,
+				(unsigned long long)st.requests_sent,
+				(unsigned long long)st.requests_received,
+				(unsigned long long)st.copied_out);
 		}
 		ss_tp->conn_destroy(s->conn);
 		/*
@@ -342,8 +343,8 @@ void ss_sock_forget(struct ss_sock *s)
 	pthread_mutex_unlock(&s->fd_lock);
 	for (int i = 0; i < n; i++) {
 		/* The first name keeps the statistics slot until it is closed. */
-		struct ss_sock *old =
-			slot_swap(fds[i], i == 0 && s->stat ? plain_with_slot(s->stat) : PLAIN_MARK);
+		struct ss_sock *old = slot_swap(fds[i], i == 0 && s->stat ? plain_with_slot(s->stat)
+									  : PLAIN_MARK);
 
 		if (i == 0)
 			s->stat = NULL;

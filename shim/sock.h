@@ -30,15 +30,16 @@ enum ss_sock_state {
 	SS_SOCK_RECONNECTING, /* client: the probe failed; a plain TCP connect runs on tcp_fd */
 	SS_SOCK_ACCEPTED,     /* server side, undecided: the first I/O looks for a HELLO */
 	SS_SOCK_UPGRADED,     /* conn carries the bytes */
-	SS_SOCK_FALLBACK,     /* plain, but held bytes still go to tcp_fd before it is handed back */
-	SS_SOCK_PLAIN,        /* kernel TCP on the application's fd; reason says why */
-	SS_SOCK_FOREIGN,      /* inherited over fork while upgraded or negotiating: not usable here */
+	SS_SOCK_FALLBACK, /* plain, but held bytes still go to tcp_fd before it is handed back */
+	SS_SOCK_PLAIN,    /* kernel TCP on the application's fd; reason says why */
+	SS_SOCK_FOREIGN,  /* inherited over fork while upgraded or negotiating: not usable here */
 };
 
 /* What must be taken off the head of the TCP stream before the application reads it. */
 enum ss_strip {
 	SS_STRIP_NONE,
-	SS_STRIP_NONCE, /* handshake messages carrying our nonce (answers and give-ups that crossed) */
+	/* Handshake messages carrying our nonce (answers and give-ups that crossed). */
+	SS_STRIP_NONCE,
 	SS_STRIP_HELLO, /* server that wrote first: a late HELLO, answered with DECLINE */
 };
 
@@ -63,7 +64,7 @@ struct ss_sock {
 	pthread_mutex_t lock;
 	pthread_mutex_t fd_lock;
 	atomic_int refs; /* table references plus calls in progress */
-	int fds[4]; /* application fd numbers naming this socket (dup) */
+	int fds[4];      /* application fd numbers naming this socket (dup) */
 	int n_fds;
 	int tcp_fd;  /* the TCP socket once moved to a private fd, else -1 */
 	int shim_fd; /* our end of the socketpair, else -1 */
@@ -71,7 +72,7 @@ struct ss_sock {
 	atomic_int state; /* enum ss_sock_state; written under lock, read anywhere */
 	enum ss_reason reason;
 	struct ss_conn *conn; /* kept until the entry is freed once made (calls may hold it) */
-	uint8_t peer_mode; /* enum ss_recv_mode of the peer, when upgraded */
+	uint8_t peer_mode;    /* enum ss_recv_mode of the peer, when upgraded */
 	uint32_t peer_window;
 	struct ss_stats_conn *stat; /* our slot in the published statistics, or NULL */
 
@@ -99,7 +100,7 @@ struct ss_sock {
 	struct sockaddr_storage dst;
 	socklen_t dst_len;
 	struct ss_params mine;
-	uint8_t *hold;     /* bytes written before the decision, or going to tcp_fd first */
+	uint8_t *hold; /* bytes written before the decision, or going to tcp_fd first */
 	size_t hold_len, hold_max;
 
 	/* background work on the progress thread (when bg is set; ss_w's services) */
@@ -113,15 +114,16 @@ struct ss_sock {
 
 	/* the application's epoll registrations of its names (epoll.c; fd_lock) */
 	struct ss_epreg *epregs;
-	atomic_uint rdy;        /* what the connection shows (SS_RDY_*), for the application's waits */
-	atomic_int mirror_refs; /* waits the kernel answers: the mirror must show the truth */
+	atomic_uint rdy; /* what the connection shows (SS_RDY_*), for the application's waits */
+	atomic_int mirror_refs;    /* waits the kernel answers: the mirror must show the truth */
 	atomic_bool mirror_events; /* counted in the worker's event users for them */
 
 	/* the readiness mirror (under fd_lock) */
-	bool mirror_on;    /* our socketpair end is on the application's names */
+	bool mirror_on; /* our socketpair end is on the application's names */
 	int tokens;
 	bool junk, rdhup_shown, hup_shown;
-	int wait_writers;  /* threads blocked writing into the application's end (see ss_leave_pair) */
+	/* Threads blocked writing into the application's end (see ss_leave_pair). */
+	int wait_writers;
 	bool shut_wr;
 };
 

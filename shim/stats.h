@@ -24,7 +24,7 @@
 #define SS_STATS_MAGIC   "SRQSTATS"
 #define SS_STATS_VERSION 1
 #define SS_STATS_DIR_FMT "/dev/shm/srqshim-%u" /* the user id */
-#define SS_STATS_SLOTS   65536 /* a sparse file: untouched slots cost nothing */
+#define SS_STATS_SLOTS   65536                 /* a sparse file: untouched slots cost nothing */
 
 enum ss_stats_state {
 	SS_ST_FREE = 0,

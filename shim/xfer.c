@@ -168,7 +168,8 @@ static ssize_t xfer_sock_to_pipe(int sock, int pw, size_t len, unsigned flags, b
 		size_t want = (size_t)r;
 
 		if (nonblock && !pipe_nb) {
-			/* A blocking pipe that must not block: at most one page, and only with room. */
+			/* A blocking pipe that must not block: at most one page, and only with
+			 * room. */
 			struct pollfd p = {.fd = pw, .events = POLLOUT};
 
 			if (ss_real.poll(&p, 1, 0) <= 0) {
@@ -257,10 +258,11 @@ out:
 	return n;
 }
 
-ssize_t ss_xfer_splice(int in, loff_t *off_in, int out, loff_t *off_out, size_t len,
-		       unsigned flags, bool *handled)
+ssize_t ss_xfer_splice(int in, loff_t *off_in, int out, loff_t *off_out, size_t len, unsigned flags,
+		       bool *handled)
 {
-	bool in_ours = ss_io_ours(in, true), out_ours = !in_ours && ss_io_ours(out, false), plain = false;
+	bool in_ours = ss_io_ours(in, true), out_ours = !in_ours && ss_io_ours(out, false),
+	     plain = false;
 	ssize_t r;
 
 	*handled = in_ours || out_ours;
@@ -370,7 +372,9 @@ int ss_xfer_recvmmsg(int fd, struct mmsghdr *v, unsigned n, int flags, struct ti
 		}
 		if (r < 0) {
 			if (i > 0)
-				ss_io_error_back(fd, (int)-r); /* for the next call, as the kernel's sk_err */
+				ss_io_error_back(
+					fd,
+					(int)-r); /* for the next call, as the kernel's sk_err */
 			break;
 		}
 		v[i].msg_len = (unsigned)r;

@@ -48,8 +48,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		if (size < SS_HELLO_HDR_LEN)
 			abort();
 		break;
-	default:
-		abort();
+	default: abort();
 	}
 	free(buf);
 	return 0;

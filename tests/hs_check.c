@@ -312,8 +312,11 @@ static void *same_server(void *arg)
 
 static void run_same(const char *addr, int port, size_t bytes)
 {
-	struct same_args a = {.addr = addr, .port = port, .bytes = bytes,
-			      .lock = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER};
+	struct same_args a = {.addr = addr,
+			      .port = port,
+			      .bytes = bytes,
+			      .lock = PTHREAD_MUTEX_INITIALIZER,
+			      .cond = PTHREAD_COND_INITIALIZER};
 	uint8_t *buf = malloc(bytes);
 	pthread_t th;
 	int s;
@@ -390,7 +393,8 @@ int main(int argc, char **argv)
 
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	if (argc < 5) {
-		fprintf(stderr, "usage: hs_check same|server|late-accept|client ADDR PORT BYTES ...\n");
+		fprintf(stderr,
+			"usage: hs_check same|server|late-accept|client ADDR PORT BYTES ...\n");
 		return 2;
 	}
 	for (int i = 5; i < argc; i++) {

@@ -30,10 +30,10 @@
 
 struct peer {
 	int fd;
-	uint32_t idx;     /* the connection's number, sent first by the client */
-	uint8_t hdr_got;  /* bytes of the number read so far (server, at accept) */
-	uint64_t state;   /* the byte generator */
-	uint64_t done;    /* bytes generated or checked */
+	uint32_t idx;    /* the connection's number, sent first by the client */
+	uint8_t hdr_got; /* bytes of the number read so far (server, at accept) */
+	uint64_t state;  /* the byte generator */
+	uint64_t done;   /* bytes generated or checked */
 	bool finished;
 	char answer[4];
 	size_t answer_len;
@@ -100,8 +100,9 @@ static bool serve(struct peer *p, uint64_t bytes, uint8_t *buf)
 			const char *ans = p->done == bytes ? "OK" : "BAD";
 
 			if (strcmp(ans, "OK") != 0)
-				fprintf(stderr, "many_check: connection %u: %llu of %llu bytes\n", p->idx,
-					(unsigned long long)p->done, (unsigned long long)bytes);
+				fprintf(stderr, "many_check: connection %u: %llu of %llu bytes\n",
+					p->idx, (unsigned long long)p->done,
+					(unsigned long long)bytes);
 			if (write(p->fd, ans, strlen(ans)) < 0)
 				die("write");
 			close(p->fd);
@@ -110,8 +111,8 @@ static bool serve(struct peer *p, uint64_t bytes, uint8_t *buf)
 		}
 		for (size_t i = 0; i < (size_t)n; i++, p->done++) {
 			if (buf[i] != next_byte(p)) {
-				fprintf(stderr, "many_check: connection %u: wrong byte at %llu\n", p->idx,
-					(unsigned long long)p->done);
+				fprintf(stderr, "many_check: connection %u: wrong byte at %llu\n",
+					p->idx, (unsigned long long)p->done);
 				exit(1);
 			}
 		}
@@ -159,7 +160,9 @@ static int run_server(const char *addr, int port, int n, uint64_t bytes, bool sl
 		int k = epoll_wait(ep, evs, 64, 120000);
 
 		if (k <= 0) {
-			fprintf(stderr, "many_check: server: nothing for 120 s with %d streams left\n", left);
+			fprintf(stderr,
+				"many_check: server: nothing for 120 s with %d streams left\n",
+				left);
 			return 1;
 		}
 		for (int i = 0; i < k; i++)
@@ -167,7 +170,8 @@ static int run_server(const char *addr, int port, int n, uint64_t bytes, bool sl
 				left--;
 	}
 	t_others = now_s();
-	printf("many_check: server: %d connections checked, %llu bytes each, in %.2f s (%.1f MB/s)\n",
+	printf("many_check: server: %d connections checked, %llu bytes each, in %.2f s (%.1f "
+	       "MB/s)\n",
 	       n - (slow_peer ? 1 : 0), (unsigned long long)bytes, t_others - t0,
 	       (double)bytes * (n - (slow_peer ? 1 : 0)) / (t_others - t0) / 1e6);
 	if (slow_peer) {
@@ -182,7 +186,8 @@ static int run_server(const char *addr, int port, int n, uint64_t bytes, bool sl
 			int k = epoll_wait(ep, evs, 64, 120000);
 
 			if (k <= 0) {
-				fprintf(stderr, "many_check: server: the slow connection stalled\n");
+				fprintf(stderr,
+					"many_check: server: the slow connection stalled\n");
 				return 1;
 			}
 			serve(slow_peer, bytes, buf);
@@ -231,10 +236,12 @@ static int run_client(const char *addr, int port, int n, uint64_t bytes)
 	if (!peers || !buf)
 		die("setup");
 	for (int i = 0; i < n; i++) {
-		uint8_t hdr[4] = {(uint8_t)i, (uint8_t)(i >> 8), (uint8_t)(i >> 16), (uint8_t)(i >> 24)};
+		uint8_t hdr[4] = {(uint8_t)i, (uint8_t)(i >> 8), (uint8_t)(i >> 16),
+				  (uint8_t)(i >> 24)};
 
 		peers[i].fd = socket(AF_INET, SOCK_STREAM, 0);
-		if (peers[i].fd < 0 || connect(peers[i].fd, (struct sockaddr *)&sin, sizeof(sin)) < 0)
+		if (peers[i].fd < 0 ||
+		    connect(peers[i].fd, (struct sockaddr *)&sin, sizeof(sin)) < 0)
 			die("connect");
 		if (write(peers[i].fd, hdr, 4) != 4)
 			die("write of the connection number");
@@ -247,7 +254,8 @@ static int run_client(const char *addr, int port, int n, uint64_t bytes)
 		int k = epoll_wait(ep, evs, 64, 120000);
 
 		if (k <= 0) {
-			fprintf(stderr, "many_check: client: nothing for 120 s (%d writing, %d answered)\n",
+			fprintf(stderr,
+				"many_check: client: nothing for 120 s (%d writing, %d answered)\n",
 				writing, answered);
 			return 1;
 		}
@@ -272,8 +280,8 @@ static int run_client(const char *addr, int port, int n, uint64_t bytes)
 			}
 			/* End of file (or an error): the answer is complete. */
 			if (strcmp(p->answer, "OK") != 0) {
-				fprintf(stderr, "many_check: connection %u: answer \"%s\"\n", p->idx,
-					p->answer);
+				fprintf(stderr, "many_check: connection %u: answer \"%s\"\n",
+					p->idx, p->answer);
 				bad++;
 			}
 			epoll_ctl(ep, EPOLL_CTL_DEL, p->fd, NULL);
@@ -298,6 +306,7 @@ int main(int argc, char **argv)
 	if (n < 1 || n > 100000)
 		return 2;
 	if (strcmp(argv[1], "server") == 0)
-		return run_server(argv[2], port, n, bytes, argc > 6 && strcmp(argv[6], "slow") == 0);
+		return run_server(argv[2], port, n, bytes,
+				  argc > 6 && strcmp(argv[6], "slow") == 0);
 	return run_client(argv[2], port, n, bytes);
 }

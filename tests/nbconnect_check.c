@@ -187,7 +187,8 @@ static void scenario_self(enum style st, const char *addr, int port)
 		die("self: listen");
 	for (int i = 0; i < N; i++) {
 		cli[i] = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
-		if (connect(cli[i], (struct sockaddr *)&sin, sizeof(sin)) != 0 && errno != EINPROGRESS)
+		if (connect(cli[i], (struct sockaddr *)&sin, sizeof(sin)) != 0 &&
+		    errno != EINPROGRESS)
 			die("self: connect");
 	}
 	memset(buf, 'e', sizeof(buf));
@@ -197,10 +198,12 @@ static void scenario_self(enum style st, const char *addr, int port)
 
 		if (round > 20000)
 			die("self: the loop made no progress");
-		/* The loop's wait: every fd, in the style asked (poll's answer drives all three). */
+		/* The loop's wait: every fd, in the style asked (poll's answer drives all
+		 * three). */
 		p[k++] = (struct pollfd){.fd = l, .events = POLLIN};
 		for (int i = 0; i < N; i++)
-			p[k++] = (struct pollfd){.fd = cli[i], .events = POLLIN | (sent[i] < LEN ? POLLOUT : 0)};
+			p[k++] = (struct pollfd){.fd = cli[i],
+						 .events = POLLIN | (sent[i] < LEN ? POLLOUT : 0)};
 		for (int i = 0; i < n_srv; i++)
 			p[k++] = (struct pollfd){.fd = srv[i], .events = POLLIN};
 		if (st == POLL) {
@@ -230,7 +233,8 @@ static void scenario_self(enum style st, const char *addr, int port)
 			struct epoll_event ev[1 + 2 * N];
 
 			for (int i = 0; i < k; i++) {
-				struct epoll_event e = {.events = (unsigned)p[i].events, .data.u32 = (unsigned)i};
+				struct epoll_event e = {.events = (unsigned)p[i].events,
+							.data.u32 = (unsigned)i};
 				epoll_ctl(ep, EPOLL_CTL_ADD, p[i].fd, &e);
 				p[i].revents = 0;
 			}
@@ -251,7 +255,8 @@ static void scenario_self(enum style st, const char *addr, int port)
 			short re = p[1 + i].revents;
 			ssize_t r;
 
-			if ((re & POLLOUT) && sent[i] < LEN && (r = write(cli[i], buf, (size_t)(LEN - sent[i]))) > 0)
+			if ((re & POLLOUT) && sent[i] < LEN &&
+			    (r = write(cli[i], buf, (size_t)(LEN - sent[i]))) > 0)
 				sent[i] += (int)r;
 			if ((re & POLLIN) && (r = read(cli[i], buf, sizeof(buf))) > 0) {
 				got[i] += (int)r;
@@ -262,7 +267,8 @@ static void scenario_self(enum style st, const char *addr, int port)
 		for (int i = 0; i < n_srv; i++) {
 			ssize_t r;
 
-			if ((p[1 + N + i].revents & POLLIN) && (r = read(srv[i], buf, sizeof(buf))) > 0) {
+			if ((p[1 + N + i].revents & POLLIN) &&
+			    (r = read(srv[i], buf, sizeof(buf))) > 0) {
 				if (write(srv[i], buf, (size_t)r) != r)
 					die("self: echo");
 				echoed[i] += (int)r;

@@ -17,10 +17,9 @@
  *       MSG_MORE) goes out after at most 200 ms even without an uncork;
  *       a read with SO_RCVTIMEO (set before connect) times out with EAGAIN;
  *       a read that signals interrupt goes on under SA_RESTART and fails
- *       with EINTR without it, or when the socket has SO_RCVTIMEO; writes to a peer that does not read fail
- *       with EAGAIN under SO_SNDTIMEO, and every byte accepted arrives; a
- *       blocking sendmsg of 300 iovecs takes every byte, and MSG_WAITALL
- *       and writev with 300 iovecs move all of them back
+ *       with EINTR without it, or when the socket has SO_RCVTIMEO; writes to a peer that does not
+ * read fail with EAGAIN under SO_SNDTIMEO, and every byte accepted arrives; a blocking sendmsg of
+ * 300 iovecs takes every byte, and MSG_WAITALL and writev with 300 iovecs move all of them back
  *   peer_check reset-victim ADDR PORT
  *       connects, reads one byte, says "ready" and never reads again (the
  *       caller kills it: over TCP its unread bytes make that a reset)
@@ -337,7 +336,8 @@ static int calls_client(struct sockaddr_in *sa)
 	if (!check(read_full(fd, buf, 5) == 5 && memcmp(buf, "world", 5) == 0, "MSG_MORE: no echo"))
 		return 1;
 
-	/* 300 iovecs: a blocking sendmsg takes all 30,000 bytes, a MSG_WAITALL receive gets them back. */
+	/* 300 iovecs: a blocking sendmsg takes all 30,000 bytes, a MSG_WAITALL receive gets them
+	 * back. */
 	{
 		static uint8_t back[IOVS * IOV_LEN];
 		struct iovec iov[IOVS];
@@ -387,7 +387,8 @@ static int calls_client(struct sockaddr_in *sa)
 	write_all(fd, "d", 1);
 	n = read(fd, &c, 1);
 	alarms(0, 1);
-	if (!check(n < 0 && errno == EINTR, "SO_RCVTIMEO and SA_RESTART: the read did not fail with EINTR"))
+	if (!check(n < 0 && errno == EINTR,
+		   "SO_RCVTIMEO and SA_RESTART: the read did not fail with EINTR"))
 		return 1;
 	set_timeout(fd, SO_RCVTIMEO, 0);
 	if (!check(read(fd, &c, 1) == 1 && c == 'D', "the answer after EINTR (SO_RCVTIMEO)"))
@@ -403,7 +404,8 @@ static int calls_client(struct sockaddr_in *sa)
 		if (n < 0)
 			break;
 		sent += (uint64_t)n;
-		if (!check(sent < (1u << 30), "SO_SNDTIMEO: 1 GiB written to a peer that does not read"))
+		if (!check(sent < (1u << 30),
+			   "SO_SNDTIMEO: 1 GiB written to a peer that does not read"))
 			return 1;
 	}
 	if (!check(errno == EAGAIN || errno == EWOULDBLOCK, "SO_SNDTIMEO: no EAGAIN"))
@@ -414,7 +416,8 @@ static int calls_client(struct sockaddr_in *sa)
 	if (!check(read_full(fd, (uint8_t *)&count, 8) == 8 && count == sent,
 		   "the server did not get every byte accepted"))
 		return 1;
-	printf("peer_check: calls-client: corks, SO_RCVTIMEO, EINTR and SO_SNDTIMEO (after %llu bytes) as TCP\n",
+	printf("peer_check: calls-client: corks, SO_RCVTIMEO, EINTR and SO_SNDTIMEO (after %llu "
+	       "bytes) as TCP\n",
 	       (unsigned long long)sent);
 	close(fd);
 	return 0;
@@ -436,8 +439,9 @@ static void reset_expect(const char *what, ssize_t got, int want, int want_errno
 	int err = errno;
 
 	if (got != want || (got < 0 && err != want_errno) || reset_pipes != pipes) {
-		fprintf(stderr, "peer_check: reset: %s gave %zd (%s), %d SIGPIPE; want %d (%s), %d\n",
-			what, got, got < 0 ? strerror(err) : "-", (int)reset_pipes, want,
+		fprintf(stderr,
+			"peer_check: reset: %s gave %zd (%s), %d SIGPIPE; want %d (%s), %d\n", what,
+			got, got < 0 ? strerror(err) : "-", (int)reset_pipes, want,
 			want < 0 ? strerror(want_errno) : "-", pipes);
 		exit(1);
 	}
@@ -474,11 +478,13 @@ static int reset_survivor(struct sockaddr_in *sa, const char *order)
 		reset_expect("first read", read(fd, &c, 1), -1, ECONNRESET, 0);
 		reset_expect("second read", read(fd, &c, 1), 0, 0, 0);
 	} else {
-		reset_expect("SO_ERROR", getsockopt(fd, SOL_SOCKET, SO_ERROR, &soerr, &len) ? -1 : soerr,
+		reset_expect("SO_ERROR",
+			     getsockopt(fd, SOL_SOCKET, SO_ERROR, &soerr, &len) ? -1 : soerr,
 			     ECONNRESET, 0, 0);
 	}
-	reset_expect("SO_ERROR after", getsockopt(fd, SOL_SOCKET, SO_ERROR, &soerr, &len) ? -1 : soerr,
-		     0, 0, reset_pipes);
+	reset_expect("SO_ERROR after",
+		     getsockopt(fd, SOL_SOCKET, SO_ERROR, &soerr, &len) ? -1 : soerr, 0, 0,
+		     reset_pipes);
 	reset_expect("read", read(fd, &c, 1), 0, 0, reset_pipes);
 	int pipes = reset_pipes;
 	reset_expect("send(MSG_NOSIGNAL)", send(fd, &c, 1, MSG_NOSIGNAL), -1, EPIPE, pipes);

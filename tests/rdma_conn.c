@@ -174,8 +174,8 @@ static void make_pair(struct ss_transport_cfg cfg, const uint8_t modes[2], struc
 		ends[i].wevfd = eventfd(0, EFD_CLOEXEC);
 		assert_true(ends[i].evfd >= 0 && ends[i].wevfd >= 0);
 		cfg.recv_mode = modes[i];
-		assert_int_equal(ss_conn_create(w, &cfg, (struct sockaddr *)&local_addr, &hooks, &ends[i],
-						&ends[i].c, &ends[i].mine, &reason),
+		assert_int_equal(ss_conn_create(w, &cfg, (struct sockaddr *)&local_addr, &hooks,
+						&ends[i], &ends[i].c, &ends[i].mine, &reason),
 				 0);
 	}
 	for (int i = 0; i < 2; i++) {
@@ -223,12 +223,14 @@ static void stream_both_ways(const uint8_t modes[2], uint32_t window, uint32_t b
 
 		assert_int_equal(ss_conn_drain(ends[i].c, 60000), 0);
 		ss_conn_get_stats(ends[i].c, &st);
-		printf("rdma_conn: %s/%s, window %u, %u-byte buffers: side %d sent %llu B in %llu msgs, "
+		printf("rdma_conn: %s/%s, window %u, %u-byte buffers: side %d sent %llu B in %llu "
+		       "msgs, "
 		       "grants %llu/%llu, requests %llu/%llu, send buffer full %d times\n",
-		       modes[0] == SS_RECV_SRQ ? "srq" : "rq", modes[1] == SS_RECV_SRQ ? "srq" : "rq",
-		       window, buf_size, i, (unsigned long long)st.tx_bytes,
-		       (unsigned long long)st.tx_msgs, (unsigned long long)st.grants_sent,
-		       (unsigned long long)st.grants_received, (unsigned long long)st.requests_sent,
+		       modes[0] == SS_RECV_SRQ ? "srq" : "rq",
+		       modes[1] == SS_RECV_SRQ ? "srq" : "rq", window, buf_size, i,
+		       (unsigned long long)st.tx_bytes, (unsigned long long)st.tx_msgs,
+		       (unsigned long long)st.grants_sent, (unsigned long long)st.grants_received,
+		       (unsigned long long)st.requests_sent,
 		       (unsigned long long)st.requests_received, ends[i].write_calls_full);
 		assert_int_equal(st.tx_bytes, bytes);
 		assert_true(st.grants_received > 0);
@@ -287,8 +289,8 @@ static void test_create_failure_leaks_nothing(void **state)
 		qps = count_res("qp");
 		cqs = count_res("cq");
 		fail_getrandom = 1;
-		assert_true(ss_conn_create(w, &cfg, (struct sockaddr *)&local_addr, &hooks, NULL, &c,
-					   &mine, &reason) < 0);
+		assert_true(ss_conn_create(w, &cfg, (struct sockaddr *)&local_addr, &hooks, NULL,
+					   &c, &mine, &reason) < 0);
 		fail_getrandom = 0;
 		assert_int_equal(reason, SS_REASON_RESOURCE);
 		assert_int_equal(count_res("mr"), mrs);

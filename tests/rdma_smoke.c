@@ -27,7 +27,7 @@
 #include "transport/qp.h"
 
 enum {
-	N_MSGS = 24,	/* per direction */
+	N_MSGS = 24,     /* per direction */
 	BUF_SIZE = 4096, /* receive buffer; larger than rxe's MTU of 1024 */
 	N_RECV = 2 * N_MSGS,
 	MAX_INLINE = 64,
@@ -71,7 +71,8 @@ static void post_recv(struct rig *r, int slot)
 		.length = BUF_SIZE,
 		.lkey = r->mr->lkey,
 	};
-	struct ibv_recv_wr wr = {.wr_id = (uint64_t)slot, .sg_list = &sge, .num_sge = 1}, *bad;
+	struct ibv_recv_wr *bad;
+	struct ibv_recv_wr wr = {.wr_id = (uint64_t)slot, .sg_list = &sge, .num_sge = 1};
 
 	if (r->srq)
 		assert_int_equal(ibv_post_srq_recv(r->srq, &wr, &bad), 0);
@@ -133,15 +134,16 @@ static void exchange(bool use_srq)
 
 	for (int i = 0; i < 2; i++) {
 		r.s[i].dir = i;
-		assert_int_equal(ss_qp_create_rc(r.pd, r.cq, r.cq, r.srq, &caps, NULL, &r.s[i].qp), 0);
+		assert_int_equal(ss_qp_create_rc(r.pd, r.cq, r.cq, r.srq, &caps, NULL, &r.s[i].qp),
+				 0);
 		assert_int_equal(ss_random_psn(&r.s[i].psn), 0);
 	}
 	for (int slot = 0; slot < N_RECV; slot++)
 		if (use_srq)
 			post_recv(&r, slot);
 	for (int i = 0; i < 2; i++) {
-		struct ss_qp_peer peer = {.qpn = r.s[!i].qp->qp_num, .psn = r.s[!i].psn,
-					  .mtu = dev->active_mtu};
+		struct ss_qp_peer peer = {
+			.qpn = r.s[!i].qp->qp_num, .psn = r.s[!i].psn, .mtu = dev->active_mtu};
 		memcpy(peer.gid, dev->gid, 16);
 		assert_int_equal(ss_qp_connect(r.s[i].qp, dev, &peer, r.s[i].psn), 0);
 	}
@@ -154,15 +156,18 @@ static void exchange(bool use_srq)
 		for (int dir = 0; dir < 2; dir++) {
 			uint8_t *buf = r.mem + (size_t)(N_RECV + dir) * BUF_SIZE;
 			uint32_t len = msg_size(seq + dir);
-			struct ibv_sge sge = {.addr = (uintptr_t)buf, .length = len, .lkey = r.mr->lkey};
+			struct ibv_sge sge = {
+				.addr = (uintptr_t)buf, .length = len, .lkey = r.mr->lkey};
+			struct ibv_send_wr *bad;
 			struct ibv_send_wr wr = {
 				.wr_id = (uint64_t)(dir << 16 | seq),
 				.sg_list = &sge,
 				.num_sge = len ? 1 : 0,
 				.opcode = IBV_WR_SEND_WITH_IMM,
-				.send_flags = IBV_SEND_SIGNALED | (len <= MAX_INLINE ? IBV_SEND_INLINE : 0),
+				.send_flags = IBV_SEND_SIGNALED |
+					      (len <= MAX_INLINE ? IBV_SEND_INLINE : 0),
 				.imm_data = htonl((uint32_t)(dir << 16 | seq)),
-			}, *bad;
+			};
 
 			for (size_t i = 0; i < len; i++)
 				buf[i] = pattern_byte(dir, seq, i);
@@ -199,8 +204,8 @@ static void exchange(bool use_srq)
 	assert_int_equal(got_recv[1], N_MSGS);
 	printf("rdma_smoke: %s: %d+%d SEND_WITH_IMM messages exchanged on QPs %u<->%u, %llu bytes "
 	       "checked\n",
-	       use_srq ? "SRQ" : "private RQ", N_MSGS, N_MSGS, r.s[0].qp->qp_num,
-	       r.s[1].qp->qp_num, (unsigned long long)bytes_checked);
+	       use_srq ? "SRQ" : "private RQ", N_MSGS, N_MSGS, r.s[0].qp->qp_num, r.s[1].qp->qp_num,
+	       (unsigned long long)bytes_checked);
 
 	for (int i = 0; i < 2; i++)
 		assert_int_equal(ibv_destroy_qp(r.s[i].qp), 0);
@@ -250,11 +255,14 @@ static int find_device(void)
 		if (!a || (a->sa_family != AF_INET && a->sa_family != AF_INET6))
 			continue;
 		if (ss_device_open_for_addr(a, &ovr, &dev, &status) == 0) {
-			const void *ip = a->sa_family == AF_INET
-						 ? (const void *)&((const struct sockaddr_in *)a)->sin_addr
-						 : (const void *)&((const struct sockaddr_in6 *)a)->sin6_addr;
+			const void *ip =
+				a->sa_family == AF_INET
+					? (const void *)&((const struct sockaddr_in *)a)->sin_addr
+					: (const void *)&((const struct sockaddr_in6 *)a)
+						  ->sin6_addr;
 			inet_ntop(a->sa_family, ip, text, sizeof(text));
-			printf("rdma_smoke: address %s (%s) -> device %s port %u GID index %u (%s), "
+			printf("rdma_smoke: address %s (%s) -> device %s port %u GID index %u "
+			       "(%s), "
 			       "MTU %d\n",
 			       text, ifa->ifa_name, dev->name, dev->port, dev->gid_index,
 			       dev->gid_type == SS_GID_ROCE_V2 ? "RoCE v2" : "RoCE v1/IB",

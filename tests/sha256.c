@@ -30,8 +30,10 @@ static void sha256_compress(struct sha256 *s, const uint8_t *p)
 		w[i] = (uint32_t)p[4 * i] << 24 | (uint32_t)p[4 * i + 1] << 16 |
 		       (uint32_t)p[4 * i + 2] << 8 | p[4 * i + 3];
 	for (int i = 16; i < 64; i++) {
-		uint32_t s0 = sha256_ror(w[i - 15], 7) ^ sha256_ror(w[i - 15], 18) ^ (w[i - 15] >> 3);
-		uint32_t s1 = sha256_ror(w[i - 2], 17) ^ sha256_ror(w[i - 2], 19) ^ (w[i - 2] >> 10);
+		uint32_t s0 =
+			sha256_ror(w[i - 15], 7) ^ sha256_ror(w[i - 15], 18) ^ (w[i - 15] >> 3);
+		uint32_t s1 =
+			sha256_ror(w[i - 2], 17) ^ sha256_ror(w[i - 2], 19) ^ (w[i - 2] >> 10);
 		w[i] = w[i - 16] + s0 + w[i - 7] + s1;
 	}
 	memcpy(v, s->h, sizeof(v));

@@ -48,7 +48,7 @@ static const char *const style_names[] = {"block", "epoll-lt", "epoll-et",
 struct stream {
 	uint64_t state; /* the byte generator */
 	uint64_t hash;
-	uint64_t done;  /* bytes generated or checked */
+	uint64_t done;     /* bytes generated or checked */
 	struct sha256 sha; /* of the same bytes, printed at the end */
 };
 
@@ -144,8 +144,8 @@ static void take(struct endpoint *e, const uint8_t *p, size_t n)
 	for (size_t i = 0; i < stream; i++) {
 		uint8_t want = next_byte(&e->in);
 		if (p[i] != want)
-			fail("byte %llu differs (got 0x%x, want 0x%x)", (unsigned long long)e->in.done,
-			     p[i], want);
+			fail("byte %llu differs (got 0x%x, want 0x%x)",
+			     (unsigned long long)e->in.done, p[i], want);
 		e->in.done++;
 	}
 	hash_bytes(&e->in, p, stream);
@@ -295,7 +295,8 @@ static void run_events(struct endpoint *e, enum style st)
 
 	fcntl(e->fd, F_SETFL, fcntl(e->fd, F_GETFL) | O_NONBLOCK);
 	if (st == EPOLL_LT || st == EPOLL_ET) {
-		struct epoll_event ev = {.events = EPOLLIN | EPOLLOUT | EPOLLRDHUP | (et ? EPOLLET : 0)};
+		struct epoll_event ev = {.events = EPOLLIN | EPOLLOUT | EPOLLRDHUP |
+						   (et ? EPOLLET : 0)};
 		ev.data.fd = e->fd;
 		ep = epoll_create1(EPOLL_CLOEXEC);
 		if (ep < 0 || epoll_ctl(ep, EPOLL_CTL_ADD, e->fd, &ev) != 0)
@@ -322,7 +323,8 @@ static void run_events(struct endpoint *e, enum style st)
 				continue;
 			if (n <= 0)
 				fail("epoll_wait: nothing for 30 s (%llu read, %llu written)",
-				     (unsigned long long)e->in.done, (unsigned long long)e->out.done);
+				     (unsigned long long)e->in.done,
+				     (unsigned long long)e->out.done);
 			rd = ev.events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR);
 			wr = ev.events & EPOLLOUT;
 		} else if (st == SELECT) {
@@ -338,7 +340,8 @@ static void run_events(struct endpoint *e, enum style st)
 				continue;
 			if (n <= 0)
 				fail("select: nothing for 30 s (%llu read, %llu written)",
-				     (unsigned long long)e->in.done, (unsigned long long)e->out.done);
+				     (unsigned long long)e->in.done,
+				     (unsigned long long)e->out.done);
 			rd = FD_ISSET(e->fd, &r);
 			wr = FD_ISSET(e->fd, &w);
 		} else {
@@ -348,7 +351,8 @@ static void run_events(struct endpoint *e, enum style st)
 				continue;
 			if (n <= 0)
 				fail("poll: nothing for 30 s (%llu read, %llu written)",
-				     (unsigned long long)e->in.done, (unsigned long long)e->out.done);
+				     (unsigned long long)e->in.done,
+				     (unsigned long long)e->out.done);
 			rd = p.revents & (POLLIN | POLLHUP | POLLERR);
 			wr = p.revents & POLLOUT;
 		}
@@ -389,8 +393,8 @@ static void run(struct endpoint *e, enum style st, const char *name)
 	       (unsigned long long)ti.tcpi_bytes_acked, (unsigned long long)ti.tcpi_bytes_received);
 	sha256_hex(&e->out.sha, sent);
 	sha256_hex(&e->in.sha, received);
-	printf("stream_check: %s sent_sha256=%s received_sha256=%s\n", e->server ? "server" : "client",
-	       sent, received);
+	printf("stream_check: %s sent_sha256=%s received_sha256=%s\n",
+	       e->server ? "server" : "client", sent, received);
 }
 
 static int connect_to(struct sockaddr_in *sa, enum style st)

@@ -85,16 +85,17 @@ static void test_parse_table(void **state)
 		char err[256] = "", text[128];
 		int ret;
 
-		assert_int_equal(ss_config_load(&cfg, lookup_pairs, (struct env_pair[]){{0}}, NULL,
-						NULL),
-				 0);
+		assert_int_equal(
+			ss_config_load(&cfg, lookup_pairs, (struct env_pair[]){{0}}, NULL, NULL),
+			0);
 		before = cfg;
 		ret = ss_option_parse(opt, c->value, &cfg, err, sizeof(err));
 		print_message("SRQSHIM_%s='%s' -> %d %s\n", c->option, c->value, ret, err);
 		assert_int_equal(ret, c->want_ret);
 		if (ret) {
 			assert_memory_equal(&cfg, &before, sizeof(cfg));
-			assert_non_null(strstr(err, c->option)); /* the message names the variable */
+			assert_non_null(
+				strstr(err, c->option)); /* the message names the variable */
 			continue;
 		}
 		ss_option_format(opt, &cfg, text, sizeof(text));
@@ -108,7 +109,8 @@ static void test_defaults_parse_and_format_back(void **state)
 	char text[128];
 
 	(void)state;
-	assert_int_equal(ss_config_load(&cfg, lookup_pairs, (struct env_pair[]){{0}}, NULL, NULL), 0);
+	assert_int_equal(ss_config_load(&cfg, lookup_pairs, (struct env_pair[]){{0}}, NULL, NULL),
+			 0);
 	for (size_t i = 0; i < ss_n_options; i++) {
 		assert_non_null(ss_options[i].doc);
 		ss_option_format(&ss_options[i], &cfg, text, sizeof(text));
@@ -140,7 +142,8 @@ static void test_load_keeps_default_on_bad_value(void **state)
 	assert_int_equal(cfg.log_level, 1); /* "error" */
 	assert_non_null(strstr(reports, "SRQSHIM_LOG_LEVEL='loud' is not one of: none error"));
 	assert_non_null(strstr(reports, "using the default 'error'\n"));
-	assert_non_null(strstr(reports, "SRQSHIM_PORT='seven' is not a number; using the default '0'\n"));
+	assert_non_null(
+		strstr(reports, "SRQSHIM_PORT='seven' is not a number; using the default '0'\n"));
 }
 
 int main(void)

@@ -33,11 +33,11 @@ enum op {
 
 struct step {
 	enum op op;
-	uint32_t arg;  /* RECV: immediate data; CONSUMED: count; posts: data still waiting */
-	long want;     /* imm for posts, result for RECV; ANY: not checked */
-	int can_data;  /* after the step; ANY: not checked */
+	uint32_t arg; /* RECV: immediate data; CONSUMED: count; posts: data still waiting */
+	long want;    /* imm for posts, result for RECV; ANY: not checked */
+	int can_data; /* after the step; ANY: not checked */
 	int can_ctrl;
-	int due;       /* ss_credit_ctrl_due(c, true) */
+	int due; /* ss_credit_ctrl_due(c, true) */
 };
 
 struct script {
@@ -47,10 +47,11 @@ struct script {
 };
 
 #define IMM(kind, grant) (((uint32_t)(kind) << SS_IMM_TYPE_SHIFT) | (grant))
-#define D SS_KIND_DATA
-#define C SS_KIND_CTRL
-#define E SS_KIND_EOS
+#define D                SS_KIND_DATA
+#define C                SS_KIND_CTRL
+#define E                SS_KIND_EOS
 
+/* clang-format off */
 static const struct script scripts[] = {
 	{"grant arrives before the send completions it covers",
 	 {.sq_depth = 4, .ctrl_reserve = 1, .rx_window = 2, .tx_window = 2, .grant_threshold = 1},
@@ -177,6 +178,7 @@ static const struct script scripts[] = {
 		 {END},
 	 }},
 };
+/* clang-format on */
 
 static void run_step(struct ss_credit *c, const struct step *s, size_t idx, const char *what)
 {
@@ -195,24 +197,15 @@ static void run_step(struct ss_credit *c, const struct step *s, size_t idx, cons
 		assert_true(ss_credit_can_send_ctrl(c));
 		got = ss_credit_on_post(c, SS_KIND_EOS, false);
 		break;
-	case DONE_DATA:
-		ss_credit_on_send_done(c, SS_KIND_DATA);
-		break;
-	case DONE_CTRL:
-		ss_credit_on_send_done(c, SS_KIND_CTRL);
-		break;
-	case RECV:
-		got = ss_credit_on_recv(c, s->arg);
-		break;
-	case CONSUMED:
-		ss_credit_on_consumed(c, s->arg);
-		break;
+	case DONE_DATA: ss_credit_on_send_done(c, SS_KIND_DATA); break;
+	case DONE_CTRL: ss_credit_on_send_done(c, SS_KIND_CTRL); break;
+	case RECV: got = ss_credit_on_recv(c, s->arg); break;
+	case CONSUMED: ss_credit_on_consumed(c, s->arg); break;
 	case LIMIT:
 		ss_credit_set_grant_limit(c, s->arg);
 		got = ss_credit_withheld(c);
 		break;
-	case END:
-		break;
+	case END: break;
 	}
 	print_message("%s: step %zu -> %ld (data %d ctrl %d due %d)\n", what, idx, got,
 		      ss_credit_can_send_data(c), ss_credit_can_send_ctrl(c),
@@ -241,6 +234,7 @@ static void test_scripts(void **state)
 
 static void test_init_rejects_unworkable(void **state)
 {
+	/* clang-format off */
 	static const struct ss_credit_cfg bad[] = {
 		{.sq_depth = 4, .ctrl_reserve = 0, .rx_window = 2, .tx_window = 2, .grant_threshold = 1},
 		{.sq_depth = 1, .ctrl_reserve = 1, .rx_window = 2, .tx_window = 2, .grant_threshold = 1},
@@ -250,6 +244,7 @@ static void test_init_rejects_unworkable(void **state)
 		{.sq_depth = 4, .ctrl_reserve = 1, .rx_window = 70000, .tx_window = 2,
 		 .grant_threshold = 1},
 	};
+	/* clang-format on */
 	struct ss_credit c;
 
 	(void)state;
@@ -320,9 +315,9 @@ struct peer {
 	struct model m;
 	uint64_t to_send, sent_bytes, recv_bytes;
 	bool eos_posted;
-	struct queue send_done; /* our SENDs awaiting their send completion, in order */
-	struct queue wire;      /* our SENDs on the way to the peer, in order */
-	struct queue held;      /* peer data we received, not yet consumed */
+	struct queue send_done;   /* our SENDs awaiting their send completion, in order */
+	struct queue wire;        /* our SENDs on the way to the peer, in order */
+	struct queue held;        /* peer data we received, not yet consumed */
 	uint32_t ctrl_slots_busy; /* receives holding a control message not yet reposted */
 };
 
@@ -477,7 +472,8 @@ static void simulate(uint64_t seed, const struct ss_credit_cfg *cfg, uint64_t by
 	for (int i = 0; i < 2; i++) {
 		assert_int_equal(ss_credit_init(&pr[i].c, cfg), 0);
 		pr[i].to_send = bytes_each;
-		pr[i].m = (struct model){.sq_free = cfg->sq_depth, .credits = cfg->tx_window,
+		pr[i].m = (struct model){.sq_free = cfg->sq_depth,
+					 .credits = cfg->tx_window,
 					 .posted = cfg->rx_window + cfg->ctrl_reserve};
 	}
 	for (uint64_t steps = 0;; steps++) {
@@ -497,7 +493,8 @@ static void simulate(uint64_t seed, const struct ss_credit_cfg *cfg, uint64_t by
 			case 3: progressed = peer_try_send_done(p); break;
 			case 4: progressed = peer_try_repost_ctrl(p); break;
 			case 5:
-				ss_credit_set_grant_limit(&p->c, rnd(4) ? (uint32_t)rnd(3) : UINT32_MAX);
+				ss_credit_set_grant_limit(&p->c,
+							  rnd(4) ? (uint32_t)rnd(3) : UINT32_MAX);
 				break;
 			}
 		}
@@ -533,6 +530,7 @@ static void simulate(uint64_t seed, const struct ss_credit_cfg *cfg, uint64_t by
 
 static void test_simulated_orders(void **state)
 {
+	/* clang-format off */
 	static const struct ss_credit_cfg cfgs[] = {
 		{.sq_depth = 2, .ctrl_reserve = 1, .rx_window = 1, .tx_window = 1, .grant_threshold = 1},
 		{.sq_depth = 4, .ctrl_reserve = 1, .rx_window = 2, .tx_window = 2, .grant_threshold = 2},
@@ -542,6 +540,7 @@ static void test_simulated_orders(void **state)
 		 .grant_threshold = 32},
 		{.sq_depth = 3, .ctrl_reserve = 2, .rx_window = 16, .tx_window = 16, .grant_threshold = 16},
 	};
+	/* clang-format on */
 
 	(void)state;
 	for (size_t i = 0; i < sizeof(cfgs) / sizeof(cfgs[0]); i++)

@@ -15,6 +15,7 @@
 #include "transport/device.h"
 
 /* GIDs as rxe shows them: link-local first, then the IPv4-mapped address. */
+/* clang-format off */
 #define LL  {0xfe, 0x80, 0, 0, 0, 0, 0, 0, 0x02, 0x11, 0x22, 0xff, 0xfe, 0x33, 0x44, 0x55}
 #define V4A {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 192, 0, 2, 1}
 #define V4B {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 192, 0, 2, 12}
@@ -98,16 +99,18 @@ static const struct select_case cases[] = {
 	 SS_SEL_BAD_GID_INDEX},
 	{"not an IP address", two_devs, 2, AF_UNIX, "/tmp/x", NO_OVR, SS_SEL_BAD_ADDRESS},
 };
+/* clang-format on */
 
 static void make_addr(const struct select_case *c, struct sockaddr_storage *ss)
 {
 	memset(ss, 0, sizeof(*ss));
 	ss->ss_family = (sa_family_t)c->family;
 	if (c->family == AF_INET)
-		assert_int_equal(inet_pton(AF_INET, c->addr, &((struct sockaddr_in *)ss)->sin_addr), 1);
-	else if (c->family == AF_INET6)
-		assert_int_equal(inet_pton(AF_INET6, c->addr, &((struct sockaddr_in6 *)ss)->sin6_addr),
+		assert_int_equal(inet_pton(AF_INET, c->addr, &((struct sockaddr_in *)ss)->sin_addr),
 				 1);
+	else if (c->family == AF_INET6)
+		assert_int_equal(
+			inet_pton(AF_INET6, c->addr, &((struct sockaddr_in6 *)ss)->sin6_addr), 1);
 }
 
 static void test_select_table(void **state)

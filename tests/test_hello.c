@@ -47,13 +47,14 @@ struct decode_case {
 	struct patch patch[2]; /* applied in order; n == 0 ends */
 	size_t append;         /* bytes appended (an extension record), see ext */
 	uint8_t ext[12];
-	long truncate;         /* < 0: keep the length; else cut to this many bytes */
+	long truncate; /* < 0: keep the length; else cut to this many bytes */
 	enum ss_dec_result want;
 	size_t want_used; /* for OK and SHORT */
 };
 
 /* Header offsets: magic 0-7, version 8, type 9, length 10-11, nonce 12-15. */
 /* Params at 16: caps 16, recv_mode 20, mtu 21, sq 22, qpn 24, psn 28, gid 32, buf 48, win 52. */
+/* clang-format off */
 static const struct decode_case decode_cases[] = {
 	{"valid", {{0}}, 0, {0}, -1, SS_DEC_OK, 64},
 	{"empty buffer", {{0}}, 0, {0}, 0, SS_DEC_SHORT, 16},
@@ -94,6 +95,7 @@ static const struct decode_case decode_cases[] = {
 	{"extension not yet arrived", {{10, 2, {0, 72}}}, 8, {0x00, 0x42, 0, 4, 1, 2, 3, 4}, 70,
 	 SS_DEC_SHORT, 72},
 };
+/* clang-format on */
 
 static void test_decode_table(void **state)
 {
@@ -216,7 +218,8 @@ static void test_negotiate_table(void **state)
 	(void)state;
 	for (size_t i = 0; i < sizeof(nego_cases) / sizeof(nego_cases[0]); i++) {
 		const struct nego_case *c = &nego_cases[i];
-		struct ss_msg peer = {.version = c->version, .type = SS_MSG_HELLO, .params = good_params};
+		struct ss_msg peer = {
+			.version = c->version, .type = SS_MSG_HELLO, .params = good_params};
 		struct ss_agreement agr = {0};
 
 		peer.params.caps = c->caps;
@@ -245,12 +248,16 @@ struct gid_case {
 	enum ss_reason want;
 };
 
-#define G4(a, b, c, d) {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, a, b, c, d}
+#define G4(a, b, c, d)                                                                             \
+	{                                                                                          \
+		0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, a, b, c, d                               \
+	}
 static const uint8_t local_gids[][16] = {
 	{0xfe, 0x80, 0, 0, 0, 0, 0, 0, 1, 2, 3, 4, 5, 6, 7, 8},
 	G4(192, 0, 2, 1),
 };
 
+/* clang-format off */
 static const struct gid_case gid_cases[] = {
 	{"IPv4 peer, its own GID", AF_INET, "192.0.2.12", G4(192, 0, 2, 12), SS_REASON_NONE},
 	{"IPv4 peer aiming elsewhere", AF_INET, "192.0.2.12", G4(192, 0, 2, 13),
@@ -266,6 +273,7 @@ static const struct gid_case gid_cases[] = {
 	{"IPv6 loopback, local link-local", AF_INET6, "::1",
 	 {0xfe, 0x80, 0, 0, 0, 0, 0, 0, 1, 2, 3, 4, 5, 6, 7, 8}, SS_REASON_NONE},
 };
+/* clang-format on */
 
 static void test_peer_gid_table(void **state)
 {

@@ -73,6 +73,7 @@ static void test_match_table(void **state)
 
 static void test_parse_errors(void **state)
 {
+	/* clang-format off */
 	static const char *const bad[] = {
 		"192.0.2",       "192.0.2.1/33",  "192.0.2.1:0",      "192.0.2.1:65536",
 		"192.0.2.1:x",   "[2001:db8::",   "[2001:db8::]/129", "host.example",
@@ -80,6 +81,7 @@ static void test_parse_errors(void **state)
 		"1.1.1.1,1.1.1.2,1.1.1.3,1.1.1.4,1.1.1.5,1.1.1.6,1.1.1.7,1.1.1.8,1.1.1.9,1.1.1.10,"
 		"1.1.1.11,1.1.1.12,1.1.1.13,1.1.1.14,1.1.1.15,1.1.1.16,1.1.1.17",
 	};
+	/* clang-format on */
 	struct ss_policy p, untouched;
 	char err[160];
 

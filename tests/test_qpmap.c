@@ -38,7 +38,8 @@ static void check_all(const struct ss_qpmap *m, const uint32_t *keys, const uint
 
 static void test_scripts(void **state)
 {
-	/* For each home slot near the end (wrap-around) and in the middle: a run of 5 collisions. */
+	/* For each home slot near the end (wrap-around) and in the middle: a run of 5
+	 * collisions. */
 	static const uint32_t homes[] = {0, 31, 62, 63};
 	static const int del_order[][5] = {{0, 1, 2, 3, 4}, {4, 3, 2, 1, 0}, {2, 0, 4, 1, 3}};
 

@@ -23,13 +23,13 @@
 /* One fake TCP stream, read side and write side. */
 static struct fake {
 	uint8_t bytes[FAKE_MAX]; /* everything the peer will send, in order */
-	size_t chunk_end[8];     /* arrival script: after wait k, bytes[0..chunk_end[k]) are there */
-	int chunks;              /* entries of chunk_end */
-	int arrived;             /* chunks that have arrived */
-	size_t taken;            /* bytes consumed by non-peek receives */
-	int closed;              /* the peer closes after the last chunk */
-	int recv_errno;          /* nonzero: every receive fails with it */
-	int poll_eintr;          /* polls left that fail with EINTR first */
+	size_t chunk_end[8]; /* arrival script: after wait k, bytes[0..chunk_end[k]) are there */
+	int chunks;          /* entries of chunk_end */
+	int arrived;         /* chunks that have arrived */
+	size_t taken;        /* bytes consumed by non-peek receives */
+	int closed;          /* the peer closes after the last chunk */
+	int recv_errno;      /* nonzero: every receive fails with it */
+	int poll_eintr;      /* polls left that fail with EINTR first */
 	/* write side */
 	uint8_t sent[FAKE_MAX];
 	size_t sent_len;
@@ -148,17 +148,18 @@ enum { APP_BYTES = 5 }; /* "GET /": the application's first bytes after a messag
 
 struct read_case {
 	const char *what;
-	int script;                       /* which stream to build, see build_script() */
+	int script; /* which stream to build, see build_script() */
 	enum ss_hs_read_result want;
-	enum ss_dec_result want_dec;      /* for SS_HSR_BAD */
-	int want_taken_msg;               /* 1: exactly the message was taken; 0: nothing */
+	enum ss_dec_result want_dec; /* for SS_HSR_BAD */
+	int want_taken_msg;          /* 1: exactly the message was taken; 0: nothing */
 };
 
 /* Builds stream number k into fk; returns the first message's length (0: none). */
 static size_t build_script(int k)
 {
 	size_t end = 0, len = 0;
-	static const uint8_t bad_type[] = {0, 'S', 'R', 'Q', 'S', 'H', 'M', 0xa5, 1, 99, 0, 16, 0, 0, 0, 1};
+	static const uint8_t bad_type[] = {0, 'S', 'R', 'Q', 'S', 'H', 'M', 0xa5,
+					   1, 99,  0,   16,  0,   0,   0,   1};
 
 	memset(&fk, 0, sizeof(fk));
 	switch (k) {
@@ -196,14 +197,9 @@ static size_t build_script(int k)
 		put_msg(&end, SS_MSG_HELLO, 7);
 		fk.chunk_end[fk.chunks++] = 20;
 		break;
-	case 7: /* nothing at all until the deadline */
-		break;
-	case 8: /* the peer closes at once */
-		fk.closed = 1;
-		break;
-	case 9: /* the connection is reset */
-		fk.recv_errno = ECONNRESET;
-		break;
+	case 7: /* nothing at all until the deadline */ break;
+	case 8: /* the peer closes at once */ fk.closed = 1; break;
+	case 9: /* the connection is reset */ fk.recv_errno = ECONNRESET; break;
 	case 10: /* half a HELLO, then the peer closes: the half stays, as a stream byte would */
 		put_msg(&end, SS_MSG_HELLO, 7);
 		fk.chunk_end[fk.chunks++] = 20;
@@ -340,10 +336,8 @@ static void test_write_deadline(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_read_table),
-		cmocka_unit_test(test_read_leaves_stream),
-		cmocka_unit_test(test_peek_consume),
-		cmocka_unit_test(test_write_table),
+		cmocka_unit_test(test_read_table),     cmocka_unit_test(test_read_leaves_stream),
+		cmocka_unit_test(test_peek_consume),   cmocka_unit_test(test_write_table),
 		cmocka_unit_test(test_write_deadline),
 	};
 

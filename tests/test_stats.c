@@ -42,6 +42,7 @@ static void *valid_file(void)
 
 enum corruption { NONE, MAGIC, VERSION, HEAD_SIZE, CONN_SIZE, HWM, SLOTS_BIG };
 
+/* clang-format off */
 static const struct {
 	const char *what;
 	enum corruption how;
@@ -63,6 +64,7 @@ static const struct {
 	{"slots in use beyond the slots", HWM, 0, -EINVAL, "truncated"},
 	{"more slots than the file holds", SLOTS_BIG, 0, -EINVAL, "truncated"},
 };
+/* clang-format on */
 
 static void corrupt(struct ss_stats_head *h, enum corruption how)
 {

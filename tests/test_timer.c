@@ -28,6 +28,7 @@ struct script {
 	struct step steps[16];
 };
 
+/* clang-format off */
 static const struct script scripts[] = {
 	{"earliest first, nothing before its time",
 	 {{ARM, 0, 30}, {ARM, 1, 10}, {ARM, 2, 20}, {POP, -1, 9}, {POP, 1, 10}, {POP, -1, 15},
@@ -52,6 +53,7 @@ static const struct script scripts[] = {
 	  {CANCEL, 1, 0}, {CANCEL, 4, 0}, {POP, 0, 99}, {POP, 2, 99}, {POP, 3, 99}, {POP, 5, 99},
 	  {POP, 6, 99}, {POP, -1, 99}}},
 };
+/* clang-format on */
 
 static void test_scripts(void **state)
 {
@@ -77,17 +79,18 @@ static void test_scripts(void **state)
 				got = ss_timers_pop_due(&h, st->at);
 				if (st->id < 0) {
 					if (got)
-						fail_msg("%s: timer %d fired at %llu", scripts[s].what,
-							 (int)(got - t), (unsigned long long)st->at);
+						fail_msg("%s: timer %d fired at %llu",
+							 scripts[s].what, (int)(got - t),
+							 (unsigned long long)st->at);
 				} else {
 					if (got != &t[st->id])
-						fail_msg("%s: expected timer %d at %llu", scripts[s].what,
-							 st->id, (unsigned long long)st->at);
+						fail_msg("%s: expected timer %d at %llu",
+							 scripts[s].what, st->id,
+							 (unsigned long long)st->at);
 					assert_false(ss_timer_armed(got));
 				}
 				break;
-			case END:
-				break;
+			case END: break;
 			}
 		}
 		ss_timers_fini(&h);

@@ -185,7 +185,7 @@ static void print_events(uint32_t ev)
 	static const struct {
 		uint32_t bit;
 		const char *name;
-	} bits[] = {{EPOLLIN, "IN"},     {EPOLLPRI, "PRI"}, {EPOLLOUT, "OUT"},
+	} bits[] = {{EPOLLIN, "IN"},       {EPOLLPRI, "PRI"}, {EPOLLOUT, "OUT"},
 		    {EPOLLRDHUP, "RDHUP"}, {EPOLLHUP, "HUP"}, {EPOLLERR, "ERR"}};
 	bool first = true;
 
@@ -233,7 +233,10 @@ static void ectl(int ep, int op, int fd, uint32_t events)
 	int r = epoll_ctl(ep, op, fd, &ev);
 
 	if (r != 0)
-		out("  epoll_ctl(%s) = -1 %s\n", op == EPOLL_CTL_ADD ? "ADD" : op == EPOLL_CTL_MOD ? "MOD" : "DEL",
+		out("  epoll_ctl(%s) = -1 %s\n",
+		    op == EPOLL_CTL_ADD   ? "ADD"
+		    : op == EPOLL_CTL_MOD ? "MOD"
+					  : "DEL",
 		    strerror(errno));
 }
 
@@ -396,7 +399,7 @@ static void sc_mod(void)
 	ewait(ep, 8, SHORT_MS);
 	ectl(ep, EPOLL_CTL_DEL, pair_s, 0);
 	ewait(ep, 8, SHORT_MS);
-	ectl(ep, EPOLL_CTL_DEL, pair_s, 0); /* ENOENT */
+	ectl(ep, EPOLL_CTL_DEL, pair_s, 0);       /* ENOENT */
 	ectl(ep, EPOLL_CTL_MOD, pair_s, EPOLLIN); /* ENOENT */
 	ectl(ep, EPOLL_CTL_ADD, pair_s, EPOLLIN);
 	ectl(ep, EPOLL_CTL_ADD, pair_s, EPOLLIN); /* EEXIST */
@@ -623,7 +626,8 @@ static void sc_signals(void)
 
 		usleep(100000);
 		n = ppoll(&p, 1, &ts, &none);
-		out("  ppoll(nothing blocked, pending signal) = %d %s\n", n, n < 0 ? strerror(errno) : "");
+		out("  ppoll(nothing blocked, pending signal) = %d %s\n", n,
+		    n < 0 ? strerror(errno) : "");
 	}
 	alarm_in(50);
 	{
@@ -635,7 +639,8 @@ static void sc_signals(void)
 		FD_ZERO(&r);
 		FD_SET(pair_s, &r);
 		n = pselect(pair_s + 1, &r, NULL, NULL, &ts, &none);
-		out("  pselect(nothing blocked, pending signal) = %d %s\n", n, n < 0 ? strerror(errno) : "");
+		out("  pselect(nothing blocked, pending signal) = %d %s\n", n,
+		    n < 0 ? strerror(errno) : "");
 	}
 	sigprocmask(SIG_UNBLOCK, &block, NULL);
 	signal(SIGALRM, SIG_DFL);

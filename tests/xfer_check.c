@@ -164,7 +164,8 @@ static int run_server(const char *addr, int port, const char *path)
 			m[i].msg_hdr.msg_iovlen = 1;
 		}
 		k = sendmmsg(c, m, 3, 0);
-		printf("sendmmsg of 3: %d (%u %u %u)\n", k, m[0].msg_len, m[1].msg_len, m[2].msg_len);
+		printf("sendmmsg of 3: %d (%u %u %u)\n", k, m[0].msg_len, m[1].msg_len,
+		       m[2].msg_len);
 		for (int i = 0; i < k; i++) {
 			sha256_update(&expect, iov[i].iov_base, m[i].msg_len);
 			total += m[i].msg_len;

@@ -227,12 +227,12 @@ static void print_text(FILE *f, const struct proc *procs, int n)
 		else
 			snprintf(rnr, sizeof(rnr), "-");
 		fprintf(f, "%-7u %-5s %-8s %10llu %15s %8s  %s\n", h->pid, proc_mode_str(h->mode),
-			w->device[0] ? w->device : "-", (unsigned long long)(w->reg_bytes >> 10), pool,
-			rnr, cmd);
+			w->device[0] ? w->device : "-", (unsigned long long)(w->reg_bytes >> 10),
+			pool, rnr, cmd);
 	}
-	fprintf(f, "\n%-7s %-5s %-22s %-22s %-9s %-9s %12s %12s %9s %9s %6s %9s %9s\n", "PID",
-		"FD", "LOCAL", "PEER", "STATE", "MODE", "TX BYTES", "RX BYTES", "TX MSGS",
-		"RX MSGS", "CRED", "GRANTS", "REQS");
+	fprintf(f, "\n%-7s %-5s %-22s %-22s %-9s %-9s %12s %12s %9s %9s %6s %9s %9s\n", "PID", "FD",
+		"LOCAL", "PEER", "STATE", "MODE", "TX BYTES", "RX BYTES", "TX MSGS", "RX MSGS",
+		"CRED", "GRANTS", "REQS");
 	for (int i = 0; i < n; i++) {
 		const struct ss_stats_head *h = procs[i].v.head;
 
@@ -250,12 +250,14 @@ static void print_text(FILE *f, const struct proc *procs, int n)
 			else
 				snprintf(mode, sizeof(mode), "%s", ss_reason_str(c.reason));
 			fprintf(f,
-				"%-7u %-5d %-22s %-22s %-9s %-9s %12llu %12llu %9llu %9llu %2u/%-3u "
+				"%-7u %-5d %-22s %-22s %-9s %-9s %12llu %12llu %9llu %9llu "
+				"%2u/%-3u "
 				"%4llu/%-4llu %4llu/%-4llu\n",
 				h->pid, c.fd, la, pa, ss_stats_state_str(c.state), mode,
-				(unsigned long long)c.st.tx_bytes, (unsigned long long)c.st.rx_bytes,
-				(unsigned long long)c.st.tx_msgs, (unsigned long long)c.st.rx_msgs,
-				c.st.tx_credits, c.tx_window, (unsigned long long)c.st.grants_sent,
+				(unsigned long long)c.st.tx_bytes,
+				(unsigned long long)c.st.rx_bytes, (unsigned long long)c.st.tx_msgs,
+				(unsigned long long)c.st.rx_msgs, c.st.tx_credits, c.tx_window,
+				(unsigned long long)c.st.grants_sent,
 				(unsigned long long)c.st.grants_received,
 				(unsigned long long)c.st.requests_sent,
 				(unsigned long long)c.st.requests_received);
@@ -277,7 +279,8 @@ static void print_json(FILE *f, const struct proc *procs, int n)
 		json_str(f, w->device);
 		fprintf(f,
 			", \"registered_bytes\": %llu, \"send_pool_blocks\": %u, "
-			"\"srq_pool\": {\"blocks\": %u, \"max\": %u, \"posted\": %u, \"in_use\": %u, "
+			"\"srq_pool\": {\"blocks\": %u, \"max\": %u, \"posted\": %u, \"in_use\": "
+			"%u, "
 			"\"peak_in_use\": %u, \"limit_events\": %llu}, \"device_rnr_naks\": %lld, "
 			"\"connections\": [",
 			(unsigned long long)w->reg_bytes, w->tx_blocks, w->srq_blocks, w->srq_max,
@@ -291,14 +294,20 @@ static void print_json(FILE *f, const struct proc *procs, int n)
 				continue;
 			addr_str(&c.local, la, sizeof(la));
 			addr_str(&c.peer, pa, sizeof(pa));
-			fprintf(f, "%s\n  {\"fd\": %d, \"local\": \"%s\", \"peer\": \"%s\", \"state\": \"%s\"",
+			fprintf(f,
+				"%s\n  {\"fd\": %d, \"local\": \"%s\", \"peer\": \"%s\", "
+				"\"state\": \"%s\"",
 				first ? "" : ",", c.fd, la, pa, ss_stats_state_str(c.state));
 			first = false;
 			if (c.state == SS_ST_UPGRADED)
-				fprintf(f, ", \"mode\": \"%s\", \"peer_mode\": \"%s\", \"reason\": null",
+				fprintf(f,
+					", \"mode\": \"%s\", \"peer_mode\": \"%s\", \"reason\": "
+					"null",
 					recv_mode_str(c.mode), recv_mode_str(c.peer_mode));
 			else
-				fprintf(f, ", \"mode\": \"tcp\", \"peer_mode\": null, \"reason\": \"%s\"",
+				fprintf(f,
+					", \"mode\": \"tcp\", \"peer_mode\": null, \"reason\": "
+					"\"%s\"",
 					ss_reason_str(c.reason));
 			fprintf(f,
 				", \"tx_bytes\": %llu, \"rx_bytes\": %llu, \"tx_msgs\": %llu, "
@@ -307,9 +316,10 @@ static void print_json(FILE *f, const struct proc *procs, int n)
 				"\"grants_sent\": %llu, \"grants_received\": %llu, "
 				"\"requests_sent\": %llu, \"requests_received\": %llu, "
 				"\"copied_out\": %llu}",
-				(unsigned long long)c.st.tx_bytes, (unsigned long long)c.st.rx_bytes,
-				(unsigned long long)c.st.tx_msgs, (unsigned long long)c.st.rx_msgs,
-				c.st.tx_credits, c.tx_window, c.rx_window, c.st.to_return, c.st.sq_free,
+				(unsigned long long)c.st.tx_bytes,
+				(unsigned long long)c.st.rx_bytes, (unsigned long long)c.st.tx_msgs,
+				(unsigned long long)c.st.rx_msgs, c.st.tx_credits, c.tx_window,
+				c.rx_window, c.st.to_return, c.st.sq_free,
 				(unsigned long long)c.st.grants_sent,
 				(unsigned long long)c.st.grants_received,
 				(unsigned long long)c.st.requests_sent,
@@ -388,19 +398,13 @@ static int cmd_status(int argc, char **argv)
 			if ((only_pid = positive(optarg, "pid")) < 0)
 				return EXIT_USAGE;
 			break;
-		case 'j':
-			json = true;
-			break;
+		case 'j': json = true; break;
 		case 'w':
 			if ((watch = positive(optarg, "interval")) < 0)
 				return EXIT_USAGE;
 			break;
-		case 'h':
-			fputs(usage_status, stdout);
-			return 0;
-		default:
-			fputs(usage_status, stderr);
-			return EXIT_USAGE;
+		case 'h': fputs(usage_status, stdout); return 0;
+		default: fputs(usage_status, stderr); return EXIT_USAGE;
 		}
 	}
 	for (;;) {
@@ -445,8 +449,8 @@ static int cmd_config(int argc, char **argv)
 			snprintf(range, sizeof(range), "%ld..%ld", o->min, o->max);
 		else if (o->type == SS_OPT_ENUM)
 			for (int k = 0; o->choices[k]; k++)
-				snprintf(range + strlen(range), sizeof(range) - strlen(range), "%s%s",
-					 k ? "|" : "", o->choices[k]);
+				snprintf(range + strlen(range), sizeof(range) - strlen(range),
+					 "%s%s", k ? "|" : "", o->choices[k]);
 		else
 			snprintf(range, sizeof(range), "text, at most %ld bytes", o->max);
 		err[0] = '\0';
@@ -531,15 +535,9 @@ static int cmd_run(int argc, char **argv)
 				return EXIT_USAGE;
 			}
 			break;
-		case 'l':
-			snprintf(lib, sizeof(lib), "%s", optarg);
-			break;
-		case 'h':
-			fputs(usage_run, stdout);
-			return 0;
-		default:
-			fputs(usage_run, stderr);
-			return EXIT_USAGE;
+		case 'l': snprintf(lib, sizeof(lib), "%s", optarg); break;
+		case 'h': fputs(usage_run, stdout); return 0;
+		default: fputs(usage_run, stderr); return EXIT_USAGE;
 		}
 	}
 	if (optind >= argc) {
@@ -547,7 +545,8 @@ static int cmd_run(int argc, char **argv)
 		return EXIT_USAGE;
 	}
 	if (!lib[0] && find_lib(lib, sizeof(lib)) != 0) {
-		fprintf(stderr, "srqshim-ctl: libsrqshim.so not found (set SRQSHIM_LIB or --lib)\n");
+		fprintf(stderr,
+			"srqshim-ctl: libsrqshim.so not found (set SRQSHIM_LIB or --lib)\n");
 		return EXIT_USAGE;
 	}
 	if (lib[0] != '/') {
@@ -556,8 +555,7 @@ static int cmd_run(int argc, char **argv)
 			snprintf(lib, sizeof(lib), "%s", abs);
 	}
 	old = getenv("LD_PRELOAD");
-	snprintf(preload, sizeof(preload), "%s%s%s", lib, old && old[0] ? ":" : "",
-		 old ? old : "");
+	snprintf(preload, sizeof(preload), "%s%s%s", lib, old && old[0] ? ":" : "", old ? old : "");
 	setenv("LD_PRELOAD", preload, 1);
 	if (mode)
 		setenv("SRQSHIM_MODE", mode, 1);

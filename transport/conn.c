@@ -66,17 +66,20 @@ static int conn_post_send(struct ss_conn *c, enum ss_msg_kind kind, uint32_t seq
 {
 	uint32_t len = kind == SS_KIND_DATA ? c->tx_len[seq % c->n_tx] : 0;
 	struct ibv_sge sge = {0};
+	struct ibv_send_wr *bad;
 	struct ibv_send_wr wr = {
 		.wr_id = ((uint64_t)kind << WR_KIND_SHIFT) | seq,
 		.sg_list = &sge,
 		.num_sge = len ? 1 : 0,
 		.opcode = IBV_WR_SEND_WITH_IMM,
-		.send_flags = IBV_SEND_SIGNALED | (len && len <= c->max_inline ? IBV_SEND_INLINE : 0),
-	}, *bad;
+		.send_flags =
+			IBV_SEND_SIGNALED | (len && len <= c->max_inline ? IBV_SEND_INLINE : 0),
+	};
 	int ret;
 
 	if (len)
-		sge = (struct ibv_sge){.addr = (uintptr_t)conn_tx_buf(c, seq), .length = len,
+		sge = (struct ibv_sge){.addr = (uintptr_t)conn_tx_buf(c, seq),
+				       .length = len,
 				       .lkey = c->tx_blk[seq % c->n_tx]->lkey};
 	wr.imm_data = htonl(ss_credit_on_post(&c->cr, kind, want_more));
 	ret = ibv_post_send(c->qp, &wr, &bad);
@@ -126,7 +129,8 @@ void ss_conn_flush(struct ss_conn *c)
 	/* Out of credits with data waiting: the request may be due now. */
 	if (conn_ctrl_now(c) && conn_post_send(c, SS_KIND_CTRL, 0, ss_conn_tx_pending(c)) < 0)
 		return;
-	if (c->eos_wanted && !c->eos_posted && !ss_conn_tx_pending(c) && ss_credit_can_send_ctrl(&c->cr)) {
+	if (c->eos_wanted && !c->eos_posted && !ss_conn_tx_pending(c) &&
+	    ss_credit_can_send_ctrl(&c->cr)) {
 		if (conn_post_send(c, SS_KIND_EOS, 0, false) == 0)
 			c->eos_posted = true;
 	}
@@ -138,15 +142,12 @@ static unsigned conn_compute_ready(const struct ss_conn *c)
 
 	switch (c->st) {
 	case ST_CREATED:
-	case ST_DEAD:
-		return 0;
+	case ST_DEAD: return 0;
 	case ST_CONNECTED:
 		/* Before the commit point writes are taken (and held); nothing to read yet. */
 		return ss_conn_tx_room(c) ? SS_RDY_OUT : 0;
-	case ST_FAILED:
-		return SS_RDY_IN | SS_RDY_OUT | SS_RDY_HUP | SS_RDY_ERR | SS_RDY_RDHUP;
-	case ST_RUNNING:
-		break;
+	case ST_FAILED: return SS_RDY_IN | SS_RDY_OUT | SS_RDY_HUP | SS_RDY_ERR | SS_RDY_RDHUP;
+	case ST_RUNNING: break;
 	}
 	if (c->rx_avail || c->cr.eos_received)
 		r |= SS_RDY_IN;
@@ -170,7 +171,8 @@ static bool conn_delivered(const struct ss_conn *c)
 {
 	if (c->st == ST_FAILED || c->st == ST_DEAD || c->st == ST_CREATED || c->tcp_gone)
 		return true;
-	return !ss_conn_tx_pending(c) && c->tx_done == c->tx_posted && (!c->eos_wanted || c->eos_done);
+	return !ss_conn_tx_pending(c) && c->tx_done == c->tx_posted &&
+	       (!c->eos_wanted || c->eos_done);
 }
 
 void ss_conn_report(struct ss_conn *c, bool edge)
@@ -184,7 +186,6 @@ void ss_conn_report(struct ss_conn *c, bool edge)
 		c->hooks.ready(c->hooks_arg, r | (edge ? SS_RDY_EDGE : 0));
 	c->last_ready = r;
 }
-
 
 static void conn_rx_push(struct ss_conn *c, struct ss_blk *b, uint32_t len)
 {
@@ -285,12 +286,13 @@ bool ss_conn_on_completion(struct ss_conn *c, const struct ibv_wc *wc, bool recv
 	if (c->st == ST_CONNECTED)
 		c->st = ST_RUNNING;
 	int kind = (wc->wc_flags & IBV_WC_WITH_IMM) ? ss_credit_on_recv(&c->cr, ntohl(wc->imm_data))
-						     : -EPROTO;
+						    : -EPROTO;
 	if (kind < 0 || (kind != SS_KIND_DATA && wc->byte_len) ||
 	    (kind == SS_KIND_DATA && wc->byte_len == 0) || c->st != ST_RUNNING) {
 		if (c->st == ST_RUNNING)
-			ss_log_error("QP %u: protocol error in a received message (imm 0x%x, %u bytes)",
-				     c->qp->qp_num, ntohl(wc->imm_data), wc->byte_len);
+			ss_log_error(
+				"QP %u: protocol error in a received message (imm 0x%x, %u bytes)",
+				c->qp->qp_num, ntohl(wc->imm_data), wc->byte_len);
 		c->be->release(c, b);
 		ss_conn_fail(c, "protocol error");
 		return false;
@@ -353,7 +355,8 @@ void ss_conn_after_events(struct ss_conn *c, bool edge)
 		c->gone_deadline = ss_now_ms() + SS_GONE_GRACE_MS;
 		conn_arm_timer(c, c->gone_deadline);
 	}
-	if (c->eos_done || c->st == ST_FAILED || (!ss_conn_tx_pending(c) && c->tx_done == c->tx_posted))
+	if (c->eos_done || c->st == ST_FAILED ||
+	    (!ss_conn_tx_pending(c) && c->tx_done == c->tx_posted))
 		pthread_cond_broadcast(&c->drained);
 	ss_conn_report(c, edge);
 }
@@ -366,7 +369,8 @@ void ss_conn_after_events(struct ss_conn *c, bool edge)
 bool ss_conn_send_waiters(const struct ss_conn *c)
 {
 	return !ss_conn_tx_room(c) || c->draining || (c->eos_wanted && !c->eos_done) ||
-	       (ss_credit_ctrl_due(&c->cr, ss_conn_tx_pending(c)) && !ss_credit_can_send_ctrl(&c->cr)) ||
+	       (ss_credit_ctrl_due(&c->cr, ss_conn_tx_pending(c)) &&
+		!ss_credit_can_send_ctrl(&c->cr)) ||
 	       (ss_conn_tx_pending(c) && !ss_credit_can_send_data(&c->cr) && c->cr.tx_credits > 0);
 }
 
@@ -496,7 +500,8 @@ int ss_conn_create(struct ss_worker *w, const struct ss_transport_cfg *cfg,
 	c->buf_size = cfg->buf_size;
 	c->n_rxq = cfg->rx_window;
 	c->n_tx = cfg->sq_depth - cfg->ctrl_reserve;
-	/* One send pool per device: its blocks set the largest SEND (lowered to the peer's buffers on connect). */
+	/* One send pool per device: its blocks set the largest SEND (lowered to the peer's buffers
+	 * on connect). */
 	c->tx_slot_size = cfg->buf_size < c->txp->blk_size ? cfg->buf_size : c->txp->blk_size;
 	c->max_inline = cfg->max_inline;
 	c->rxq = calloc(c->n_rxq, sizeof(*c->rxq));
@@ -545,8 +550,7 @@ size_t ss_conn_local_gids(const struct ss_conn *c, uint8_t (*gids)[16], size_t m
 	return n;
 }
 
-int ss_conn_connect(struct ss_conn *c, const struct ss_params *peer,
-		    const struct ss_agreement *agr)
+int ss_conn_connect(struct ss_conn *c, const struct ss_params *peer, const struct ss_agreement *agr)
 {
 	struct ss_qp_peer qp_peer = {.qpn = peer->qpn, .psn = peer->psn, .mtu = agr->mtu};
 	struct ss_credit_cfg ccfg = {
@@ -621,7 +625,6 @@ static int conn_state_error(const struct ss_conn *c)
 	return c->st == ST_FAILED ? -ECONNRESET : -ENOTCONN;
 }
 
-
 ssize_t ss_conn_send(struct ss_conn *c, const struct iovec *iov, int iovcnt, bool more)
 {
 	size_t taken = 0;
@@ -643,7 +646,8 @@ ssize_t ss_conn_send(struct ss_conn *c, const struct iovec *iov, int iovcnt, boo
 		while (left) {
 			uint32_t seq, *len;
 
-			if (ss_conn_tx_pending(c) && c->tx_len[(c->tx_open - 1) % c->n_tx] < c->tx_slot_size) {
+			if (ss_conn_tx_pending(c) &&
+			    c->tx_len[(c->tx_open - 1) % c->n_tx] < c->tx_slot_size) {
 				seq = c->tx_open - 1; /* coalesce into the unposted last slot */
 			} else if (ss_conn_tx_free_slots(c) && !c->tx_starved) {
 				struct ss_blk *b = ss_pool_get(c->txp, 1);
@@ -734,7 +738,8 @@ ssize_t ss_conn_recv(struct ss_conn *c, const struct iovec *iov, int iovcnt, boo
 	if (copied)
 		ret = (ssize_t)copied;
 	else if (c->cr.eos_received)
-		ret = 0; /* the peer ended its stream: what failed later (its QP gone) is no reset */
+		/* The peer ended its stream: what failed later (its QP gone) is no reset. */
+		ret = 0;
 	else if (c->st == ST_FAILED)
 		ret = -ECONNRESET;
 	else
@@ -822,12 +827,15 @@ int ss_conn_drain(struct ss_conn *c, int timeout_ms)
 		if (now >= end) {
 			/* A look without a wait (timeout 0) is no linger that ran out. */
 			if (timeout_ms != 0)
-				ss_log_warn("QP %u: not delivered within the linger: %u slots unsent, "
-					    "%u unacknowledged, end of stream %s (credits %u)",
-					    c->qp->qp_num, c->tx_open - c->tx_posted,
-					    c->tx_posted - c->tx_done,
-					    c->eos_done ? "acknowledged" : c->eos_posted ? "sent" : "unsent",
-					    c->cr.tx_credits);
+				ss_log_warn(
+					"QP %u: not delivered within the linger: %u slots unsent, "
+					"%u unacknowledged, end of stream %s (credits %u)",
+					c->qp->qp_num, c->tx_open - c->tx_posted,
+					c->tx_posted - c->tx_done,
+					c->eos_done     ? "acknowledged"
+					: c->eos_posted ? "sent"
+							: "unsent",
+					c->cr.tx_credits);
 			ret = -ETIMEDOUT;
 			break;
 		}
@@ -894,8 +902,10 @@ void ss_conn_destroy(struct ss_conn *c)
 	c->pub = &c->stats; /* the shim's slot is gone after this returns */
 	if (c->st != ST_FAILED && c->st != ST_CREATED)
 		ss_qp_to_error(c->qp);
-	/* On an SRQ the spec's order: error state, last-WQE event (bounded wait), drain, destroy. */
-	c->free_at = c->be->shared_receives && c->st != ST_CREATED ? ss_now_ms() + SS_LAST_WQE_MS : 0;
+	/* On an SRQ the spec's order: error state, last-WQE event (bounded wait), drain,
+	 * destroy. */
+	c->free_at =
+		c->be->shared_receives && c->st != ST_CREATED ? ss_now_ms() + SS_LAST_WQE_MS : 0;
 	if (c->tx_wait) {
 		c->tx_wait = false;
 		ss_cqs_want_tx(c->cqs, false);
@@ -940,4 +950,3 @@ void ss_conn_free(struct ss_conn *c)
 	pthread_mutex_destroy(&c->lock);
 	free(c);
 }
-

@@ -76,7 +76,8 @@ struct ss_watch {
 	void (*cb)(struct ss_watch *wt, unsigned revents);
 };
 
-/* Arms wt on fd for events (EPOLLIN, EPOLLOUT...), again after each callback. Returns 0 or -errno. */
+/* Arms wt on fd for events (EPOLLIN, EPOLLOUT...), again after each callback. Returns 0 or
+ * -errno. */
 int ss_worker_watch(struct ss_worker *w, struct ss_watch *wt, int fd, unsigned events);
 
 /* Stops watching (call before closing the fd). A callback already harvested may still run. */
@@ -108,7 +109,8 @@ void ss_worker_timer_cancel(struct ss_worker *w, struct ss_timer *t);
  * completion channels (the fds below), taking their events when it wakes.
  */
 
-/* Polls every device's CQs once (skipping one another thread polls). Returns the completions taken. */
+/* Polls every device's CQs once (skipping one another thread polls). Returns the completions
+ * taken. */
 int ss_worker_poll(struct ss_worker *w);
 
 /*
@@ -127,7 +129,8 @@ int ss_worker_event_fds(struct ss_worker *w, int *fds, int max, unsigned *gen_p)
 /* A completion channel showed readable: takes its events (non-blocking) and what completed. */
 void ss_worker_take_events(struct ss_worker *w);
 
-/* delta = +1/-1: an application thread starts or stops polling (no CQ events are needed meanwhile). */
+/* delta = +1/-1: an application thread starts or stops polling (no CQ events are needed
+ * meanwhile). */
 void ss_worker_pollers(struct ss_worker *w, int delta);
 
 /*
@@ -190,9 +193,8 @@ void ss_worker_forget_after_fork(void);
  * *reason_p saying why the connection must stay on TCP.
  */
 int ss_conn_create(struct ss_worker *w, const struct ss_transport_cfg *cfg,
-		   const struct sockaddr *local,
-		   const struct ss_conn_hooks *hooks, void *hooks_arg, struct ss_conn **conn_p,
-		   struct ss_params *mine, enum ss_reason *reason_p);
+		   const struct sockaddr *local, const struct ss_conn_hooks *hooks, void *hooks_arg,
+		   struct ss_conn **conn_p, struct ss_params *mine, enum ss_reason *reason_p);
 
 /*
  * The peer's TCP end is gone (end of file or reset): before the commit

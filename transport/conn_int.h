@@ -54,7 +54,8 @@ struct rx_ent {
  * credit.
  */
 struct backend {
-	/* Reserves CQ room, makes the QP and enters it into the map; fills the receive side of *mine. */
+	/* Reserves CQ room, makes the QP and enters it into the map; fills the receive side of
+	 * *mine. */
 	int (*setup)(struct ss_conn *c, const struct ss_transport_cfg *cfg, struct ss_params *mine);
 	/* Posts the first receives; the QP is in RTR. */
 	int (*post_initial)(struct ss_conn *c);
@@ -66,7 +67,8 @@ struct backend {
 	void (*received)(struct ss_conn *c, uint32_t n);
 	/* Credits a grant may return now. */
 	uint32_t (*grant_limit)(struct ss_conn *c);
-	/* Destroys the QP (its last completions polled) and the receive side; progress thread, at free. */
+	/* Destroys the QP (its last completions polled) and the receive side; progress thread, at
+	 * free. */
 	void (*teardown)(struct ss_conn *c);
 	/*
 	 * The QP's receives come from a queue it shares: in the error state it
@@ -99,14 +101,14 @@ struct ss_conn {
 	uint32_t hold_max; /* blocks held unread before copies go to the heap (UINT32_MAX: never) */
 	uint32_t held;
 	bool last_wqe;
-	bool tx_wait; /* counted in the CQ set's send waiters */
+	bool tx_wait;       /* counted in the CQ set's send waiters */
 	struct ss_blk *rel; /* received blocks to repost at the next push */
 	uint64_t free_at;
 
 	uint32_t buf_size;
-	struct ss_pool *txp;  /* the device's send blocks */
-	uint32_t n_rxq;       /* the data window: the most messages the peer may have unread here */
-	struct rx_ent *rxq;   /* ring of n_rxq, received data in order */
+	struct ss_pool *txp; /* the device's send blocks */
+	uint32_t n_rxq;      /* the data window: the most messages the peer may have unread here */
+	struct rx_ent *rxq;  /* ring of n_rxq, received data in order */
 	uint32_t rxq_head, rxq_count;
 	size_t rx_avail;
 
@@ -114,9 +116,9 @@ struct ss_conn {
 	struct ss_blk **tx_blk;
 	uint32_t *tx_len;
 	uint32_t tx_done, tx_posted, tx_open; /* sequence numbers of slots */
-	uint64_t hold_until;                   /* MSG_MORE: keep the partial last slot until then (0: no) */
-	bool tx_starved;                       /* the send pool was dry */
-	uint64_t retry_at;                     /* a withheld grant or a dry pool is retried then */
+	uint64_t hold_until; /* MSG_MORE: keep the partial last slot until then (0: no) */
+	bool tx_starved;     /* the send pool was dry */
+	uint64_t retry_at;   /* a withheld grant or a dry pool is retried then */
 
 	struct ss_credit cr;
 	enum conn_state st;
@@ -161,7 +163,6 @@ static inline uint8_t *conn_tx_buf(struct ss_conn *c, uint32_t seq)
 {
 	return c->tx_blk[seq % c->n_tx]->addr;
 }
-
 
 /* The connection failed: its QP goes to the error state, waiters wake. */
 void ss_conn_fail(struct ss_conn *c, const char *why);

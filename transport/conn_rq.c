@@ -17,7 +17,8 @@
 static int rq_post(struct ss_conn *c, struct ss_blk *b)
 {
 	struct ibv_sge sge = {.addr = (uintptr_t)b->addr, .length = c->buf_size, .lkey = b->lkey};
-	struct ibv_recv_wr wr = {.wr_id = (uintptr_t)b, .sg_list = &sge, .num_sge = 1}, *bad;
+	struct ibv_recv_wr *bad;
+	struct ibv_recv_wr wr = {.wr_id = (uintptr_t)b, .sg_list = &sge, .num_sge = 1};
 	int ret;
 
 	ss_handoff_post(b);

@@ -49,9 +49,10 @@ struct ss_cqs {
 	struct ss_cq *rcqs, *scqs;
 	struct ss_qpmap map;
 	uint32_t max_cqe;
-	atomic_int pollers;    /* threads polling without events (the progress thread does not arm) */
-	atomic_int tx_waiters; /* connections waiting for a send completion: send CQs raise events */
-	atomic_uint found;     /* completions taken so far (any thread), for waiters to compare */
+	atomic_int pollers; /* threads polling without events (the progress thread does not arm) */
+	atomic_int
+		tx_waiters; /* connections waiting for a send completion: send CQs raise events */
+	atomic_uint found;  /* completions taken so far (any thread), for waiters to compare */
 };
 
 /* Prepares q for the device of dc. Returns 0 or -errno. */

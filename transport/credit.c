@@ -36,7 +36,8 @@ bool ss_credit_ctrl_due(const struct ss_credit *c, bool want_to_send)
 {
 	uint32_t g = grantable(c);
 
-	/* A capped grant goes out once it is all that can be had (the threshold may never be reached). */
+	/* A capped grant goes out once it is all that can be had (the threshold may never be
+	 * reached). */
 	if (g >= c->cfg.grant_threshold || (g > 0 && g == c->grant_limit))
 		return true;
 	if (c->peer_hard_req && g > 0)

@@ -23,8 +23,8 @@
 /* Immediate data of every SEND, host order (sent big endian). */
 #define SS_IMM_TYPE_SHIFT 30
 #define SS_IMM_TYPE_MASK  (3u << SS_IMM_TYPE_SHIFT)
-#define SS_IMM_HARD_REQ   (1u << 29) /* answer with a grant now */
-#define SS_IMM_SOFT_REQ   (1u << 28) /* a grant is welcome with your next data */
+#define SS_IMM_HARD_REQ   (1u << 29)  /* answer with a grant now */
+#define SS_IMM_SOFT_REQ   (1u << 28)  /* a grant is welcome with your next data */
 #define SS_IMM_RSVD_MASK  0x0fff0000u /* zero when sent; set: protocol error */
 #define SS_IMM_GRANT_MASK 0x0000ffffu /* data credits given back */
 
@@ -56,7 +56,7 @@ struct ss_credit {
 	bool peer_hard_req;      /* the peer asked for a grant at once */
 	bool peer_soft_req;
 	bool eos_received;
-	uint32_t grant_limit;    /* credits a grant may return now (SRQ mode: free receive capacity) */
+	uint32_t grant_limit; /* credits a grant may return now (SRQ mode: free receive capacity) */
 	/* statistics */
 	uint64_t grants_sent, grants_received, requests_sent, requests_received;
 };
@@ -73,8 +73,8 @@ bool ss_credit_can_send_ctrl(const struct ss_credit *c);
 /*
  * True when a pure control message should go out now: owed credits that
  * reached the threshold (half of it after a soft request), a hard request
- * from the peer with anything owed, or our own need for a hard request (data waiting, no credit, none asked).
- * want_to_send says whether data is waiting.
+ * from the peer with anything owed, or our own need for a hard request (data waiting, no credit,
+ * none asked). want_to_send says whether data is waiting.
  */
 bool ss_credit_ctrl_due(const struct ss_credit *c, bool want_to_send);
 

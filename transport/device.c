@@ -35,9 +35,11 @@ static bool overridden_device(const struct ss_dev_override *ovr)
 }
 
 /* Ranks a GID entry for the wanted GID; 0 means unusable. */
-static int gid_rank(const struct ss_gid_desc *g, const uint8_t want[16], bool loopback, bool want_v4)
+static int gid_rank(const struct ss_gid_desc *g, const uint8_t want[16], bool loopback,
+		    bool want_v4)
 {
-	static const int type_rank[] = {[SS_GID_IB] = 1, [SS_GID_ROCE_V1] = 2, [SS_GID_ROCE_V2] = 3};
+	static const int type_rank[] = {
+		[SS_GID_IB] = 1, [SS_GID_ROCE_V1] = 2, [SS_GID_ROCE_V2] = 3};
 	int rank = type_rank[g->type];
 
 	if (!loopback)
@@ -81,7 +83,8 @@ enum ss_sel_status ss_dev_select(const struct ss_dev_desc *devs, size_t n_devs,
 				if (ovr && ovr->gid_index >= 0)
 					rank = g->index == (unsigned)ovr->gid_index;
 				else
-					rank = gid_rank(g, want, loopback, ss_gid_is_v4_mapped(want));
+					rank = gid_rank(g, want, loopback,
+							ss_gid_is_v4_mapped(want));
 				if (rank > best_rank) {
 					best_rank = rank;
 					best = g;
@@ -126,12 +129,9 @@ static void dev_scan_free(struct dev_scan *s)
 static enum ss_gid_type gid_type_from_verbs(uint32_t t)
 {
 	switch (t) {
-	case IBV_GID_TYPE_ROCE_V1:
-		return SS_GID_ROCE_V1;
-	case IBV_GID_TYPE_ROCE_V2:
-		return SS_GID_ROCE_V2;
-	default:
-		return SS_GID_IB;
+	case IBV_GID_TYPE_ROCE_V1: return SS_GID_ROCE_V1;
+	case IBV_GID_TYPE_ROCE_V2: return SS_GID_ROCE_V2;
+	default: return SS_GID_IB;
 	}
 }
 

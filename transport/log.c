@@ -9,7 +9,7 @@
 enum ss_log_level ss_log_level = SS_LOG_ERROR;
 
 static const char *const level_names[] = {
-	[SS_LOG_NONE] = "", [SS_LOG_ERROR] = "error", [SS_LOG_WARN] = "warning",
+	[SS_LOG_NONE] = "",     [SS_LOG_ERROR] = "error", [SS_LOG_WARN] = "warning",
 	[SS_LOG_INFO] = "info", [SS_LOG_DEBUG] = "debug",
 };
 

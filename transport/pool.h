@@ -28,8 +28,8 @@ struct ss_pool {
 	struct ibv_pd *pd;
 	uint32_t blk_size, chunk_blks, max_blks;
 	atomic_uint n_blks; /* blocks made so far (grown under lock, read anywhere) */
-	uint32_t n_free; /* on the free list */
-	size_t reg_bytes; /* registered memory */
+	uint32_t n_free;    /* on the free list */
+	size_t reg_bytes;   /* registered memory */
 	struct ss_blk *free;
 	struct ss_pool_chunk *chunks;
 };

@@ -26,7 +26,8 @@ struct ss_qp_peer {
 
 /*
  * Creates an RC QP on pd, receiving from srq when it is non-NULL, else from
- * its own receive queue; context becomes its qp_context (async events). Returns 0 and sets *qp_p, or -errno.
+ * its own receive queue; context becomes its qp_context (async events). Returns 0 and sets *qp_p,
+ * or -errno.
  */
 int ss_qp_create_rc(struct ibv_pd *pd, struct ibv_cq *send_cq, struct ibv_cq *recv_cq,
 		    struct ibv_srq *srq, const struct ss_qp_caps *caps, void *context,

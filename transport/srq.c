@@ -24,12 +24,16 @@ static int srq_post_blocks(struct ss_srq *s, struct ss_blk *head)
 
 		for (; head && n < 16; head = head->next, n++) {
 			sge[n] = (struct ibv_sge){.addr = (uintptr_t)head->addr,
-						  .length = s->cfg.buf_size, .lkey = head->lkey};
-			wr[n] = (struct ibv_recv_wr){.wr_id = (uintptr_t)head, .sg_list = &sge[n],
-						     .num_sge = 1, .next = &wr[n + 1]};
+						  .length = s->cfg.buf_size,
+						  .lkey = head->lkey};
+			wr[n] = (struct ibv_recv_wr){.wr_id = (uintptr_t)head,
+						     .sg_list = &sge[n],
+						     .num_sge = 1,
+						     .next = &wr[n + 1]};
 		}
 		wr[n - 1].next = NULL;
-		/* Hand-offs after the last look at the chain (its next links) and before the post. */
+		/* Hand-offs after the last look at the chain (its next links) and before the
+		 * post. */
 		for (uint32_t i = 0; i < n; i++)
 			ss_handoff_post((void *)(uintptr_t)wr[i].wr_id);
 		ret = ibv_post_srq_recv(s->srq, wr, &bad);
@@ -97,7 +101,8 @@ int ss_srq_create(struct ss_devctx *dc, const struct ss_srq_cfg *cfg, struct ss_
 		ret = -EIO;
 		goto err_free;
 	}
-	/* Every block of the pool may be posted, and complete, at once: the receive CQ holds them all. */
+	/* Every block of the pool may be posted, and complete, at once: the receive CQ holds them
+	 * all. */
 	if (s->cfg.max_blks > (uint32_t)da.max_cqe)
 		s->cfg.max_blks = (uint32_t)da.max_cqe;
 	if (s->cfg.max_blks > (uint32_t)da.max_srq_wr)

@@ -20,8 +20,8 @@ struct ss_devctx;
 
 struct ss_srq_cfg {
 	uint32_t buf_size;
-	uint32_t initial;   /* receive blocks made at first, and the growth step */
-	uint32_t max_blks;  /* bound of the receive pool */
+	uint32_t initial;  /* receive blocks made at first, and the growth step */
+	uint32_t max_blks; /* bound of the receive pool */
 };
 
 struct ss_srq_stats {
@@ -36,8 +36,8 @@ struct ss_srq {
 	struct ibv_srq *srq;
 	struct ss_cq *rcq; /* our reservation in the device's receive CQs */
 	struct ss_pool rx;
-	atomic_uint posted; /* receives on the SRQ */
-	uint32_t limit;     /* the SRQ limit last armed (0: not armed) */
+	atomic_uint posted;    /* receives on the SRQ */
+	uint32_t limit;        /* the SRQ limit last armed (0: not armed) */
 	atomic_uint peak_held; /* most blocks held by connections at once */
 	/* progress thread only */
 	uint64_t limit_events;

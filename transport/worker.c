@@ -1,8 +1,8 @@
 /*
  * The worker: devices opened on first need, and one progress thread that
  * waits on their completion channels, on the fds the shim asks it to watch
- * (ss_worker_watch) and on a wake-up eventfd, and runs timers. It alone takes CQ events, so it alone frees
- * connections (ss_worker_bury), which keeps frees and events apart.
+ * (ss_worker_watch) and on a wake-up eventfd, and runs timers. It alone takes CQ events, so it
+ * alone frees connections (ss_worker_bury), which keeps frees and events apart.
  */
 #include "transport/worker.h"
 
@@ -59,7 +59,8 @@ static int read_port_gids(struct ss_devctx *dc)
 	if (!dc->gids)
 		return -ENOMEM;
 	/* The whole table in one call (asking entry by entry costs a system call each). */
-	struct ibv_gid_entry *ents = calloc(pa.gid_tbl_len ? (size_t)pa.gid_tbl_len : 1, sizeof(*ents));
+	struct ibv_gid_entry *ents =
+		calloc(pa.gid_tbl_len ? (size_t)pa.gid_tbl_len : 1, sizeof(*ents));
 	ssize_t n = ents ? ibv_query_gid_table(dc->dev->ctx, ents, (size_t)pa.gid_tbl_len, 0) : -1;
 
 	for (ssize_t i = 0; i < n; i++)
@@ -82,17 +83,15 @@ static int read_port_gids(struct ss_devctx *dc)
 static enum ss_reason reason_of(enum ss_sel_status st)
 {
 	switch (st) {
-	case SS_SEL_LOOPBACK:
-		return SS_REASON_LOOPBACK;
-	case SS_SEL_OK:
-		return SS_REASON_NONE;
-	default:
-		return SS_REASON_NO_DEVICE;
+	case SS_SEL_LOOPBACK: return SS_REASON_LOOPBACK;
+	case SS_SEL_OK: return SS_REASON_NONE;
+	default: return SS_REASON_NO_DEVICE;
 	}
 }
 
 int ss_worker_devctx(struct ss_worker *w, const struct ss_dev_override *ovr,
-		     const struct sockaddr *local, struct ss_devctx **dc_p, enum ss_reason *reason_p)
+		     const struct sockaddr *local, struct ss_devctx **dc_p,
+		     enum ss_reason *reason_p)
 {
 	struct epoll_event ev = {.events = EPOLLIN};
 	enum ss_sel_status st = SS_SEL_NO_DEVICE;
@@ -199,12 +198,14 @@ int ss_worker_devctx_pools(struct ss_worker *w, struct ss_devctx *dc,
 
 	pthread_mutex_lock(&w->lock);
 	if (!dc->pools_ready) {
-		ret = ss_pool_init(&dc->txp, dc->pd, cfg->buf_size, SS_TX_CHUNK, cfg->tx_pool_max, 0);
+		ret = ss_pool_init(&dc->txp, dc->pd, cfg->buf_size, SS_TX_CHUNK, cfg->tx_pool_max,
+				   0);
 		if (ret)
 			goto out;
 		dc->pools_ready = 1;
 	}
-	if (cfg->recv_mode == SS_RECV_SRQ && !atomic_load_explicit(&dc->srq, memory_order_relaxed)) {
+	if (cfg->recv_mode == SS_RECV_SRQ &&
+	    !atomic_load_explicit(&dc->srq, memory_order_relaxed)) {
 		struct ss_srq *srq;
 		struct ss_srq_cfg sc = {
 			.buf_size = cfg->buf_size,
@@ -429,7 +430,8 @@ static void worker_watch_channels(struct ss_worker *w, bool on)
 		struct epoll_event ev = {.events = EPOLLIN, .data.ptr = &dc->ep_tag};
 
 		if (dc->ch_watched != on &&
-		    ss_sys_epoll_ctl(w->epfd, on ? EPOLL_CTL_ADD : EPOLL_CTL_DEL, dc->ch->fd, &ev) == 0)
+		    ss_sys_epoll_ctl(w->epfd, on ? EPOLL_CTL_ADD : EPOLL_CTL_DEL, dc->ch->fd,
+				     &ev) == 0)
 			dc->ch_watched = on;
 	}
 	pthread_mutex_unlock(&w->tasks_lock);
@@ -461,15 +463,18 @@ static void drain_async(struct ss_devctx *dc)
 		switch (ev.event_type) {
 		case IBV_EVENT_SRQ_LIMIT_REACHED:
 			if (atomic_load_explicit(&dc->srq, memory_order_acquire))
-				ss_srq_on_limit(atomic_load_explicit(&dc->srq, memory_order_acquire));
+				ss_srq_on_limit(
+					atomic_load_explicit(&dc->srq, memory_order_acquire));
 			break;
 		case IBV_EVENT_PORT_ERR:
 		case IBV_EVENT_DEVICE_FATAL:
-			if (ev.event_type == IBV_EVENT_PORT_ERR && ev.element.port_num != dc->dev->port)
+			if (ev.event_type == IBV_EVENT_PORT_ERR &&
+			    ev.element.port_num != dc->dev->port)
 				break;
-			/* Its connections fail now (not after the transport's retries); new ones stay on TCP. */
-			ss_log_warn("%s: %s: its connections fail, new ones stay on TCP", dc->dev->name,
-				    ibv_event_type_str(ev.event_type));
+			/* Its connections fail now (not after the transport's retries); new ones
+			 * stay on TCP. */
+			ss_log_warn("%s: %s: its connections fail, new ones stay on TCP",
+				    dc->dev->name, ibv_event_type_str(ev.event_type));
 			atomic_store_explicit(&dc->port_down, true, memory_order_release);
 			ss_cqs_for_each_conn(&dc->cqs, ss_conn_on_port_down);
 			break;
@@ -483,7 +488,8 @@ static void drain_async(struct ss_devctx *dc)
 				ss_conn_on_last_wqe(ev.element.qp->qp_context);
 			break;
 		default:
-			ss_log_info("%s: async event %s", dc->dev->name, ibv_event_type_str(ev.event_type));
+			ss_log_info("%s: async event %s", dc->dev->name,
+				    ibv_event_type_str(ev.event_type));
 			break;
 		}
 		ibv_ack_async_event(&ev);
@@ -562,7 +568,8 @@ static void *progress_main(void *arg)
 					/* Nothing to read: another wake-up took it. */
 				}
 				/* Devices are only ever added, at the head. */
-				for (struct ss_devctx *dc = atomic_load_explicit(&w->devs, memory_order_acquire);
+				for (struct ss_devctx *dc =
+					     atomic_load_explicit(&w->devs, memory_order_acquire);
 				     dc; dc = dc->next)
 					ss_cqs_on_wake(&dc->cqs);
 				break;
@@ -580,12 +587,14 @@ static void *progress_main(void *arg)
 						break;
 					worker_watch_channels(w, true);
 				}
-				drain_channel((struct ss_devctx *)((char *)tag -
-								   offsetof(struct ss_devctx, ep_tag)));
+				drain_channel(
+					(struct ss_devctx *)((char *)tag -
+							     offsetof(struct ss_devctx, ep_tag)));
 				break;
 			case SS_TAG_ASYNC:
-				drain_async((struct ss_devctx *)((char *)tag -
-								 offsetof(struct ss_devctx, async_tag)));
+				drain_async((
+					struct ss_devctx *)((char *)tag -
+							    offsetof(struct ss_devctx, async_tag)));
 				break;
 			case SS_TAG_WATCH: {
 				struct ss_watch *wt = (struct ss_watch *)tag;
@@ -628,7 +637,8 @@ int ss_worker_get(struct ss_worker **worker_p)
 	w->epfd = ss_sys_epoll_create();
 	w->evfd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 	ev.data.ptr = &w->ep_tag;
-	if (w->epfd < 0 || w->evfd < 0 || ss_sys_epoll_ctl(w->epfd, EPOLL_CTL_ADD, w->evfd, &ev) < 0) {
+	if (w->epfd < 0 || w->evfd < 0 ||
+	    ss_sys_epoll_ctl(w->epfd, EPOLL_CTL_ADD, w->evfd, &ev) < 0) {
 		ret = -errno;
 		goto err_close;
 	}

@@ -34,14 +34,15 @@ struct ss_devctx {
 	struct ibv_comp_channel *ch;
 	uint8_t (*gids)[16]; /* every GID of the port, for the loopback check */
 	size_t n_gids;
-	atomic_int ep_tag;    /* SS_TAG_CHANNEL */
-	bool ch_watched; /* its channel is in the progress thread's set (the tasks lock) */
+	atomic_int ep_tag;     /* SS_TAG_CHANNEL */
+	bool ch_watched;       /* its channel is in the progress thread's set (the tasks lock) */
 	atomic_bool port_down; /* its port went down, or the device failed: no new connection */
-	atomic_int async_tag; /* SS_TAG_ASYNC: the device's async events */
+	atomic_int async_tag;  /* SS_TAG_ASYNC: the device's async events */
 	int pools_ready;
-	struct ss_pool txp;  /* send blocks of every connection on the device */
-	struct ss_cqs cqs;   /* the shared CQs of every connection on the device */
-	/* SRQ mode's shared receive side, made on first need (under the worker lock), read anywhere */
+	struct ss_pool txp; /* send blocks of every connection on the device */
+	struct ss_cqs cqs;  /* the shared CQs of every connection on the device */
+	/* SRQ mode's shared receive side, made on first need (under the worker lock), read
+	 * anywhere */
 	_Atomic(struct ss_srq *) srq;
 };
 
@@ -60,7 +61,7 @@ struct ss_worker {
 	_Atomic(struct ss_devctx *) devs; /* added at the head under lock; walked without it */
 	atomic_uint n_devs;               /* devices opened so far */
 	atomic_int event_users;           /* who needs the progress thread to take CQ events */
-	atomic_int sleepers;              /* application threads asleep on the channels themselves */
+	atomic_int sleepers; /* application threads asleep on the channels themselves */
 	int epfd, evfd;
 	atomic_int ep_tag; /* SS_TAG_WAKE, for evfd */
 	pthread_t thread;
@@ -75,7 +76,8 @@ struct ss_worker {
 
 /* Finds or opens the device for local (GID form). Returns 0 or -ENODEV with *reason_p. */
 int ss_worker_devctx(struct ss_worker *w, const struct ss_dev_override *ovr,
-		     const struct sockaddr *local, struct ss_devctx **dc_p, enum ss_reason *reason_p);
+		     const struct sockaddr *local, struct ss_devctx **dc_p,
+		     enum ss_reason *reason_p);
 
 /*
  * Makes the device's send pool and, for SRQ mode, its SRQ side, on the
@@ -103,9 +105,9 @@ void ss_worker_wake(struct ss_worker *w);
 /* Hands c to the progress thread for freeing. */
 void ss_worker_bury(struct ss_worker *w, struct ss_conn *c);
 
-
 /* Entry points for the progress engine (conn.c). */
-/* Completions of c's QP taken from a shared receive (recv) or send CQ, in CQ order; no lock of c held. */
+/* Completions of c's QP taken from a shared receive (recv) or send CQ, in CQ order; no lock of c
+ * held. */
 void ss_conn_on_wcs(struct ss_conn *c, const struct ibv_wc *wc, int n, bool recv);
 void ss_conn_on_last_wqe(struct ss_conn *c);
 /* The device's port went down (or the device failed): c fails now. Poll lock held, not c's. */
@@ -117,6 +119,5 @@ uint64_t ss_conn_free_at(struct ss_conn *c);
 /* The link of c in the graveyard. */
 struct ss_conn **ss_conn_grave_next_p(struct ss_conn *c);
 void ss_conn_free(struct ss_conn *c);
-
 
 #endif
