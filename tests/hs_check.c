@@ -42,13 +42,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#define GREETING_LEN 1000
+#include "tools/prog.h"
 
-static void die(const char *what)
-{
-	fprintf(stderr, "hs_check: %s: %s\n", what, strerror(errno));
-	exit(2);
-}
+#define GREETING_LEN 1000
 
 static uint8_t pattern(uint64_t i, unsigned seed)
 {
@@ -69,7 +65,7 @@ static void wait_for(int fd, short ev)
 	struct pollfd p = {.fd = fd, .events = ev};
 
 	if (poll(&p, 1, 60000) != 1)
-		die("poll");
+		prog_die("poll");
 }
 
 static bool nonblocking(int fd)
@@ -87,7 +83,7 @@ static void write_all(int fd, const uint8_t *p, size_t len)
 			continue;
 		}
 		if (n <= 0)
-			die("write");
+			prog_die("write");
 		p += n;
 		len -= (size_t)n;
 	}
@@ -109,7 +105,7 @@ static size_t read_full(int fd, uint8_t *buf, size_t len)
 		if (n < 0 && errno == ECONNRESET)
 			return got;
 		if (n < 0)
-			die("read");
+			prog_die("read");
 		if (n == 0)
 			return got;
 		got += (size_t)n;
@@ -146,10 +142,10 @@ static int listener(const char *addr, int port)
 	int one = 1, l = socket(AF_INET, SOCK_STREAM, 0);
 
 	if (l < 0 || inet_pton(AF_INET, addr, &sa.sin_addr) != 1)
-		die("socket");
+		prog_die("socket");
 	setsockopt(l, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
 	if (bind(l, (struct sockaddr *)&sa, sizeof(sa)) < 0 || listen(l, 16) < 0)
-		die("bind/listen");
+		prog_die("bind/listen");
 	return l;
 }
 
@@ -163,7 +159,7 @@ static bool serve(int c, size_t bytes, bool greet)
 	size_t got;
 
 	if (!buf)
-		die("malloc");
+		prog_die("malloc");
 	if (greet) {
 		for (size_t i = 0; i < sizeof(g); i++)
 			g[i] = pattern(i, 7);
@@ -205,14 +201,14 @@ static void run_server(const char *addr, int port, size_t bytes, int late_ms, in
 		struct pollfd p = {.fd = l, .events = POLLIN};
 
 		if (poll(&p, 1, 60000) != 1)
-			die("poll (listener)");
+			prog_die("poll (listener)");
 		nap_ms(accept_late_ms);
 	}
 	for (;;) {
 		int c = accept(l, NULL, NULL);
 
 		if (c < 0)
-			die("accept");
+			prog_die("accept");
 		nap_ms(late_ms);
 		if (serve(c, bytes, greet)) {
 			close(c);
@@ -233,15 +229,15 @@ static int connect_to(const char *addr, int port, bool nb)
 	socklen_t len = sizeof(err);
 
 	if (s < 0 || inet_pton(AF_INET, addr, &sa.sin_addr) != 1)
-		die("socket");
+		prog_die("socket");
 	if (connect(s, (struct sockaddr *)&sa, sizeof(sa)) == 0)
 		return s;
 	if (!nb || errno != EINPROGRESS)
-		die("connect");
+		prog_die("connect");
 	wait_for(s, POLLOUT);
 	if (getsockopt(s, SOL_SOCKET, SO_ERROR, &err, &len) < 0 || err) {
 		errno = err;
-		die("connect (SO_ERROR)");
+		prog_die("connect (SO_ERROR)");
 	}
 	return s;
 }
@@ -252,7 +248,7 @@ static void run_client(const char *addr, int port, size_t bytes, bool nb, bool g
 	int s = connect_to(addr, port, nb);
 
 	if (!buf)
-		die("malloc");
+		prog_die("malloc");
 	if (greet) {
 		if (read_full(s, g, sizeof(g)) != sizeof(g)) {
 			fprintf(stderr, "hs_check: client: greeting cut\n");
@@ -271,7 +267,7 @@ static void run_client(const char *addr, int port, size_t bytes, bool nb, bool g
 	check(buf, bytes, 1, "echo");
 	save_status("client");
 	if (shutdown(s, SHUT_WR) < 0)
-		die("shutdown");
+		prog_die("shutdown");
 	if (read_full(s, buf, 1) != 0) {
 		fprintf(stderr, "hs_check: client: bytes after the echo\n");
 		exit(1);
@@ -296,7 +292,7 @@ static void *same_server(void *arg)
 	int c = accept(a->l, NULL, NULL);
 
 	if (c < 0)
-		die("accept");
+		prog_die("accept");
 	/* Its first I/O only once the client's connect() has returned. */
 	pthread_mutex_lock(&a->lock);
 	while (!a->connected)
@@ -352,7 +348,7 @@ static void *fork_connector(void *arg)
 
 	fork_fd = socket(AF_INET, SOCK_STREAM, 0);
 	if (fork_fd < 0)
-		die("socket");
+		prog_die("socket");
 	/* In the handshake when the fork comes (the server answers nothing). */
 	connect(fork_fd, (struct sockaddr *)sa, sizeof(*sa));
 	return NULL;
@@ -366,7 +362,7 @@ static int run_fork(const char *addr, int port)
 	int status;
 
 	if (inet_pton(AF_INET, addr, &sa.sin_addr) != 1)
-		die("address");
+		prog_die("address");
 	pthread_create(&th, NULL, fork_connector, &sa);
 	nap_ms(500);
 	child = fork();
@@ -376,7 +372,7 @@ static int run_fork(const char *addr, int port)
 		_exit(0);
 	}
 	if (child < 0 || waitpid(child, &status, 0) != child)
-		die("fork");
+		prog_die("fork");
 	pthread_join(th, NULL);
 	if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
 		fprintf(stderr, "hs_check: fork: the child hung closing the socket (status %d)\n",

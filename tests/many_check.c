@@ -26,6 +26,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "tools/prog.h"
+
 #define CHUNK 65536
 
 struct peer {
@@ -38,12 +40,6 @@ struct peer {
 	char answer[4];
 	size_t answer_len;
 };
-
-static void die(const char *what)
-{
-	fprintf(stderr, "many_check: %s: %s\n", what, strerror(errno));
-	exit(2);
-}
 
 static uint8_t next_byte(struct peer *p)
 {
@@ -64,18 +60,7 @@ static double now_s(void)
 static void nonblocking(int fd)
 {
 	if (fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK) < 0)
-		die("fcntl");
-}
-
-static struct sockaddr_in address(const char *addr, int port)
-{
-	struct sockaddr_in sin = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
-
-	if (inet_pton(AF_INET, addr, &sin.sin_addr) != 1) {
-		fprintf(stderr, "many_check: bad address %s\n", addr);
-		exit(2);
-	}
-	return sin;
+		prog_die("fcntl");
 }
 
 static void watch(int ep, struct peer *p, uint32_t events, int op)
@@ -83,7 +68,7 @@ static void watch(int ep, struct peer *p, uint32_t events, int op)
 	struct epoll_event ev = {.events = events, .data.ptr = p};
 
 	if (epoll_ctl(ep, op, p->fd, &ev) < 0)
-		die("epoll_ctl");
+		prog_die("epoll_ctl");
 }
 
 /* Reads what is there; returns true once the stream ended (and was answered). */
@@ -95,7 +80,7 @@ static bool serve(struct peer *p, uint64_t bytes, uint8_t *buf)
 		if (n < 0 && errno == EAGAIN)
 			return false;
 		if (n < 0)
-			die("read");
+			prog_die("read");
 		if (n == 0) {
 			const char *ans = p->done == bytes ? "OK" : "BAD";
 
@@ -104,7 +89,7 @@ static bool serve(struct peer *p, uint64_t bytes, uint8_t *buf)
 					p->idx, (unsigned long long)p->done,
 					(unsigned long long)bytes);
 			if (write(p->fd, ans, strlen(ans)) < 0)
-				die("write");
+				prog_die("write");
 			close(p->fd);
 			p->finished = true;
 			return true;
@@ -121,7 +106,7 @@ static bool serve(struct peer *p, uint64_t bytes, uint8_t *buf)
 
 static int run_server(const char *addr, int port, int n, uint64_t bytes, bool slow)
 {
-	struct sockaddr_in sin = address(addr, port);
+	struct sockaddr_in sin = prog_address(addr, port);
 	struct peer *peers = calloc((size_t)n, sizeof(*peers));
 	uint8_t *buf = malloc(CHUNK);
 	struct epoll_event evs[64];
@@ -130,21 +115,21 @@ static int run_server(const char *addr, int port, int n, uint64_t bytes, bool sl
 	double t0 = 0, t_others = 0;
 
 	if (!peers || !buf || l < 0)
-		die("setup");
+		prog_die("setup");
 	setsockopt(l, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
 	if (bind(l, (struct sockaddr *)&sin, sizeof(sin)) < 0 || listen(l, n) < 0)
-		die("listen");
+		prog_die("listen");
 	ep = epoll_create1(0);
 	for (int i = 0; i < n; i++) {
 		peers[i].fd = accept(l, NULL, NULL);
 		if (peers[i].fd < 0)
-			die("accept");
+			prog_die("accept");
 		/* The connection's number arrives first: read it now (blocking). */
 		while (peers[i].hdr_got < 4) {
 			uint8_t b;
 
 			if (read(peers[i].fd, &b, 1) != 1)
-				die("read of the connection number");
+				prog_die("read of the connection number");
 			peers[i].idx |= (uint32_t)b << (8 * peers[i].hdr_got++);
 		}
 		peers[i].state = 0x9e3779b97f4a7c15ull * (peers[i].idx + 1);
@@ -213,7 +198,7 @@ static bool feed(struct peer *p, uint64_t bytes, uint8_t *buf)
 			return false;
 		}
 		if (n < 0)
-			die("write");
+			prog_die("write");
 		/* A short write: rewind the generator to just after what went out. */
 		p->state = save_state;
 		for (ssize_t i = 0; i < n; i++)
@@ -221,20 +206,20 @@ static bool feed(struct peer *p, uint64_t bytes, uint8_t *buf)
 		p->done += (uint64_t)n;
 	}
 	if (shutdown(p->fd, SHUT_WR) < 0)
-		die("shutdown");
+		prog_die("shutdown");
 	return true;
 }
 
 static int run_client(const char *addr, int port, int n, uint64_t bytes)
 {
-	struct sockaddr_in sin = address(addr, port);
+	struct sockaddr_in sin = prog_address(addr, port);
 	struct peer *peers = calloc((size_t)n, sizeof(*peers));
 	uint8_t *buf = malloc(CHUNK);
 	struct epoll_event evs[64];
 	int ep = epoll_create1(0), writing = n, answered = 0, bad = 0;
 
 	if (!peers || !buf)
-		die("setup");
+		prog_die("setup");
 	for (int i = 0; i < n; i++) {
 		uint8_t hdr[4] = {(uint8_t)i, (uint8_t)(i >> 8), (uint8_t)(i >> 16),
 				  (uint8_t)(i >> 24)};
@@ -242,9 +227,9 @@ static int run_client(const char *addr, int port, int n, uint64_t bytes)
 		peers[i].fd = socket(AF_INET, SOCK_STREAM, 0);
 		if (peers[i].fd < 0 ||
 		    connect(peers[i].fd, (struct sockaddr *)&sin, sizeof(sin)) < 0)
-			die("connect");
+			prog_die("connect");
 		if (write(peers[i].fd, hdr, 4) != 4)
-			die("write of the connection number");
+			prog_die("write of the connection number");
 		peers[i].idx = (uint32_t)i;
 		peers[i].state = 0x9e3779b97f4a7c15ull * ((uint64_t)i + 1);
 		nonblocking(peers[i].fd);

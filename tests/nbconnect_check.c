@@ -32,23 +32,10 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "tools/prog.h"
+
 enum style { EPOLL, POLL, SELECT };
 static const char *const style_name[] = {"epoll", "poll", "select"};
-
-static void die(const char *what)
-{
-	fprintf(stderr, "nbconnect_check: %s: %s\n", what, strerror(errno));
-	exit(2);
-}
-
-static struct sockaddr_in address(const char *addr, int port)
-{
-	struct sockaddr_in sin = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
-
-	if (inet_pton(AF_INET, addr, &sin.sin_addr) != 1)
-		die("address");
-	return sin;
-}
 
 /* Waits up to ms for fd to show writable (or fail) in style st; the events as words. */
 static const char *wait_out(enum style st, int fd, int ms)
@@ -62,7 +49,7 @@ static const char *wait_out(enum style st, int fd, int ms)
 		struct epoll_event ev = {.events = EPOLLOUT, .data.fd = fd};
 
 		if (ep < 0 || epoll_ctl(ep, EPOLL_CTL_ADD, fd, &ev) != 0)
-			die("epoll");
+			prog_die("epoll");
 		n = epoll_wait(ep, &ev, 1, ms);
 		close(ep);
 		if (n > 0) {
@@ -88,7 +75,7 @@ static const char *wait_out(enum style st, int fd, int ms)
 			out = FD_ISSET(fd, &w);
 	}
 	if (n < 0)
-		die("wait");
+		prog_die("wait");
 	snprintf(words, sizeof(words), "%s%s%s%s%s", n == 0 ? "nothing" : "", in ? "IN " : "",
 		 out ? "OUT " : "", err ? "ERR " : "", hup ? "HUP " : "");
 	return words;
@@ -115,18 +102,18 @@ static int so_error(int fd)
 	socklen_t len = sizeof(e);
 
 	if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &e, &len) != 0)
-		die("SO_ERROR");
+		prog_die("SO_ERROR");
 	return e;
 }
 
 /* A non-blocking connect to addr:port; prints what connect returned. */
 static int nb_connect(const char *what, enum style st, const char *addr, int port, int syncnt)
 {
-	struct sockaddr_in sin = address(addr, port);
+	struct sockaddr_in sin = prog_address(addr, port);
 	int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0), r;
 
 	if (fd < 0)
-		die("socket");
+		prog_die("socket");
 	if (syncnt)
 		setsockopt(fd, IPPROTO_TCP, TCP_SYNCNT, &syncnt, sizeof(syncnt));
 	r = connect(fd, (struct sockaddr *)&sin, sizeof(sin));
@@ -143,9 +130,9 @@ static void scenario_ok(enum style st, const char *addr, int port, int l)
 	printf("ok %s: SO_ERROR %s\n", style_name[st], err_name(so_error(c)));
 	a = accept(l, NULL, NULL);
 	if (a < 0)
-		die("accept");
+		prog_die("accept");
 	if (write(c, "c", 1) != 1 || read(a, &b, 1) != 1 || write(a, "s", 1) != 1)
-		die("ok: exchange");
+		prog_die("ok: exchange");
 	for (int i = 0; i < 500 && read(c, &b, 1) != 1; i++) /* non-blocking: retry briefly */
 		usleep(10000);
 	printf("ok %s: the server got and sent a byte, the client read '%c'\n", style_name[st], b);
@@ -177,19 +164,19 @@ static void scenario_timeout(enum style st, const char *dead, int port)
 static void scenario_self(enum style st, const char *addr, int port)
 {
 	enum { N = 3, LEN = 1000 };
-	struct sockaddr_in sin = address(addr, port);
+	struct sockaddr_in sin = prog_address(addr, port);
 	int l = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0), one = 1;
 	int cli[N], srv[N], n_srv = 0, sent[N] = {0}, got[N] = {0}, echoed[N] = {0}, done = 0;
 	char buf[LEN];
 
 	setsockopt(l, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
 	if (bind(l, (struct sockaddr *)&sin, sizeof(sin)) || listen(l, 16))
-		die("self: listen");
+		prog_die("self: listen");
 	for (int i = 0; i < N; i++) {
 		cli[i] = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
 		if (connect(cli[i], (struct sockaddr *)&sin, sizeof(sin)) != 0 &&
 		    errno != EINPROGRESS)
-			die("self: connect");
+			prog_die("self: connect");
 	}
 	memset(buf, 'e', sizeof(buf));
 	for (int round = 0; done < N; round++) {
@@ -197,7 +184,7 @@ static void scenario_self(enum style st, const char *addr, int port)
 		int k = 0;
 
 		if (round > 20000)
-			die("self: the loop made no progress");
+			prog_die("self: the loop made no progress");
 		/* The loop's wait: every fd, in the style asked (poll's answer drives all
 		 * three). */
 		p[k++] = (struct pollfd){.fd = l, .events = POLLIN};
@@ -208,7 +195,7 @@ static void scenario_self(enum style st, const char *addr, int port)
 			p[k++] = (struct pollfd){.fd = srv[i], .events = POLLIN};
 		if (st == POLL) {
 			if (poll(p, (nfds_t)k, 5000) <= 0)
-				die("self: poll");
+				prog_die("self: poll");
 		} else if (st == SELECT) {
 			fd_set r, w;
 			int maxfd = 0;
@@ -224,7 +211,7 @@ static void scenario_self(enum style st, const char *addr, int port)
 				maxfd = p[i].fd > maxfd ? p[i].fd : maxfd;
 			}
 			if (select(maxfd + 1, &r, &w, NULL, &tv) <= 0)
-				die("self: select");
+				prog_die("self: select");
 			for (int i = 0; i < k; i++)
 				p[i].revents = (short)((FD_ISSET(p[i].fd, &r) ? POLLIN : 0) |
 						       (FD_ISSET(p[i].fd, &w) ? POLLOUT : 0));
@@ -241,7 +228,7 @@ static void scenario_self(enum style st, const char *addr, int port)
 			m = epoll_wait(ep, ev, k, 5000);
 			close(ep);
 			if (m <= 0)
-				die("self: epoll_wait");
+				prog_die("self: epoll_wait");
 			for (int i = 0; i < m; i++)
 				p[ev[i].data.u32].revents = (short)ev[i].events;
 		}
@@ -270,7 +257,7 @@ static void scenario_self(enum style st, const char *addr, int port)
 			if ((p[1 + N + i].revents & POLLIN) &&
 			    (r = read(srv[i], buf, sizeof(buf))) > 0) {
 				if (write(srv[i], buf, (size_t)r) != r)
-					die("self: echo");
+					prog_die("self: echo");
 				echoed[i] += (int)r;
 			}
 		}
@@ -298,11 +285,11 @@ int main(int argc, char **argv)
 	addr = argv[1];
 	port = atoi(argv[2]);
 	dead = argv[3];
-	sin = address(addr, port);
+	sin = prog_address(addr, port);
 	l = socket(AF_INET, SOCK_STREAM, 0);
 	setsockopt(l, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
 	if (l < 0 || bind(l, (struct sockaddr *)&sin, sizeof(sin)) || listen(l, 16))
-		die("listen");
+		prog_die("listen");
 	for (int st = EPOLL; st <= SELECT; st++) {
 		scenario_ok((enum style)st, addr, port, l);
 		scenario_refused((enum style)st, addr, port);

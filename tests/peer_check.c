@@ -48,11 +48,7 @@
 #include <time.h>
 #include <unistd.h>
 
-static void die(const char *what)
-{
-	fprintf(stderr, "peer_check: %s: %s\n", what, strerror(errno));
-	exit(2);
-}
+#include "tools/prog.h"
 
 static uint8_t pattern(uint64_t i)
 {
@@ -75,7 +71,7 @@ static void write_all(int fd, const void *buf, size_t len)
 		if (n < 0 && errno == EINTR)
 			continue;
 		if (n <= 0)
-			die("write");
+			prog_die("write");
 		p += n;
 		len -= (size_t)n;
 	}
@@ -90,7 +86,7 @@ static size_t read_full(int fd, uint8_t *buf, size_t len)
 		if (n < 0 && errno == EINTR)
 			continue;
 		if (n < 0)
-			die("read");
+			prog_die("read");
 		if (n == 0)
 			break;
 		got += (size_t)n;
@@ -103,7 +99,7 @@ static struct sockaddr_in addr_of(const char *ip, const char *port)
 	struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)atoi(port))};
 
 	if (inet_pton(AF_INET, ip, &sa.sin_addr) != 1)
-		die("address");
+		prog_die("address");
 	return sa;
 }
 
@@ -113,7 +109,7 @@ static int listen_on(struct sockaddr_in *sa)
 
 	setsockopt(l, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
 	if (bind(l, (struct sockaddr *)sa, sizeof(*sa)) != 0 || listen(l, 64) != 0)
-		die("bind/listen");
+		prog_die("bind/listen");
 	return l;
 }
 
@@ -122,7 +118,7 @@ static int connect_to(struct sockaddr_in *sa)
 	int fd = socket(AF_INET, SOCK_STREAM, 0);
 
 	if (fd < 0 || connect(fd, (struct sockaddr *)sa, sizeof(*sa)) != 0)
-		die("connect");
+		prog_die("connect");
 	return fd;
 }
 
@@ -139,15 +135,15 @@ static int greet_server(struct sockaddr_in *sa, size_t bytes, int conns)
 		ssize_t n;
 
 		if (fd < 0)
-			die("accept");
+			prog_die("accept");
 		write_all(fd, buf, bytes); /* before reading anything */
 		while ((n = read(fd, buf + bytes, 4096)) > 0)
 			h = fnv(h, buf + bytes, (size_t)n);
 		if (n < 0)
-			die("read request");
+			prog_die("read request");
 		write_all(fd, &h, sizeof(h));
 		if (close(fd) != 0) /* at once: the shim must still deliver */
-			die("close");
+			prog_die("close");
 		for (uint64_t i = 0; i < bytes; i++)
 			buf[i] = pattern(i);
 	}
@@ -163,7 +159,7 @@ static int greet_client(struct sockaddr_in *sa, size_t bytes)
 	int fd = connect_to(sa);
 
 	if (read_full(fd, buf, bytes) != bytes)
-		die("greeting cut short");
+		prog_die("greeting cut short");
 	for (uint64_t i = 0; i < bytes; i++)
 		if (buf[i] != pattern(i)) {
 			fprintf(stderr, "peer_check: greeting byte %llu differs\n",
@@ -172,7 +168,7 @@ static int greet_client(struct sockaddr_in *sa, size_t bytes)
 		}
 	write_all(fd, req, sizeof(req));
 	if (shutdown(fd, SHUT_WR) != 0)
-		die("shutdown");
+		prog_die("shutdown");
 	if (read_full(fd, (uint8_t *)&got, 8) != 8 || got != h) {
 		fprintf(stderr, "peer_check: wrong answer\n");
 		return 1;
@@ -240,7 +236,7 @@ static int calls_server(int fd)
 	while (read_full(fd, (uint8_t *)&cmd, 1) == 1) {
 		if (cmd == 'e') {
 			if (read_full(fd, buf, 5) != 5)
-				die("echo");
+				prog_die("echo");
 			write_all(fd, buf, 5);
 		} else if (cmd == 'v') {
 			/* 300 iovecs each way, as one call each: MSG_WAITALL, writev. */
@@ -250,9 +246,9 @@ static int calls_server(int fd)
 			for (int i = 0; i < IOVS; i++)
 				iov[i] = (struct iovec){buf + i * IOV_LEN, IOV_LEN};
 			if (recvmsg(fd, &mh, MSG_WAITALL) != IOVS * IOV_LEN)
-				die("recvmsg MSG_WAITALL (300 iovecs)");
+				prog_die("recvmsg MSG_WAITALL (300 iovecs)");
 			if (writev(fd, iov, IOVS) != IOVS * IOV_LEN)
-				die("writev (300 iovecs)");
+				prog_die("writev (300 iovecs)");
 		} else if (cmd == 'd') {
 			sleep(1);
 			write_all(fd, "D", 1);
@@ -287,7 +283,7 @@ static void alarms(int on, int restart)
 
 	sigemptyset(&sa.sa_mask);
 	if (sigaction(SIGALRM, &sa, NULL) != 0 || setitimer(ITIMER_REAL, &it, NULL) != 0)
-		die("sigaction/setitimer");
+		prog_die("sigaction/setitimer");
 }
 
 static int check(int ok, const char *what)
@@ -302,7 +298,7 @@ static void set_timeout(int fd, int opt, long usec)
 	struct timeval tv = {usec / 1000000, usec % 1000000};
 
 	if (setsockopt(fd, SOL_SOCKET, opt, &tv, sizeof(tv)) != 0)
-		die("setsockopt");
+		prog_die("setsockopt");
 }
 
 static int calls_client(struct sockaddr_in *sa)
@@ -316,7 +312,7 @@ static int calls_client(struct sockaddr_in *sa)
 	/* SO_RCVTIMEO set before connect: the server sends nothing unasked. */
 	set_timeout(fd, SO_RCVTIMEO, 200000);
 	if (fd < 0 || connect(fd, (struct sockaddr *)sa, sizeof(*sa)) != 0)
-		die("connect");
+		prog_die("connect");
 	n = read(fd, &c, 1);
 	if (!check(n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK), "SO_RCVTIMEO: no EAGAIN"))
 		return 1;
@@ -324,15 +320,15 @@ static int calls_client(struct sockaddr_in *sa)
 
 	/* Corked, then waiting for the answer without uncorking: the cork times out. */
 	if (setsockopt(fd, IPPROTO_TCP, TCP_CORK, &one, sizeof(one)) != 0)
-		die("TCP_CORK");
+		prog_die("TCP_CORK");
 	write_all(fd, "e", 1);
 	write_all(fd, "hello", 5);
 	if (!check(read_full(fd, buf, 5) == 5 && memcmp(buf, "hello", 5) == 0, "TCP_CORK: no echo"))
 		return 1;
 	if (setsockopt(fd, IPPROTO_TCP, TCP_CORK, &zero, sizeof(zero)) != 0)
-		die("TCP_CORK off");
+		prog_die("TCP_CORK off");
 	if (send(fd, "e", 1, MSG_MORE) != 1 || send(fd, "world", 5, MSG_MORE) != 5)
-		die("send MSG_MORE");
+		prog_die("send MSG_MORE");
 	if (!check(read_full(fd, buf, 5) == 5 && memcmp(buf, "world", 5) == 0, "MSG_MORE: no echo"))
 		return 1;
 
@@ -412,7 +408,7 @@ static int calls_client(struct sockaddr_in *sa)
 		return 1;
 	set_timeout(fd, SO_SNDTIMEO, 0);
 	if (shutdown(fd, SHUT_WR) != 0)
-		die("shutdown");
+		prog_die("shutdown");
 	if (!check(read_full(fd, (uint8_t *)&count, 8) == 8 && count == sent,
 		   "the server did not get every byte accepted"))
 		return 1;
@@ -465,7 +461,7 @@ static int reset_survivor(struct sockaddr_in *sa, const char *order)
 	sigprocmask(SIG_BLOCK, &block, &old);
 	fd = accept(l, NULL, NULL);
 	if (fd < 0)
-		die("accept");
+		prog_die("accept");
 	write_all(fd, &c, 1);
 	write_all(fd, buf, sizeof(buf)); /* never read: a kill makes the victim's end reset */
 	printf("peer_check: survivor ready\n");
@@ -499,7 +495,7 @@ static int reset_victim(struct sockaddr_in *sa)
 	char c;
 
 	if (read(fd, &c, 1) != 1)
-		die("read");
+		prog_die("read");
 	printf("peer_check: victim ready\n");
 	for (;;)
 		pause();
@@ -521,7 +517,7 @@ int main(int argc, char **argv)
 			printf("peer_check: listening\n");
 			fd = accept(l, NULL, NULL);
 			if (fd < 0)
-				die("accept");
+				prog_die("accept");
 			return hold(fd);
 		}
 		if (strcmp(argv[1], "hold-client") == 0)
@@ -530,7 +526,7 @@ int main(int argc, char **argv)
 			int l = listen_on(&sa), fd;
 			fd = accept(l, NULL, NULL);
 			if (fd < 0)
-				die("accept");
+				prog_die("accept");
 			return calls_server(fd);
 		}
 		if (strcmp(argv[1], "calls-client") == 0)

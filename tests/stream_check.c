@@ -35,6 +35,7 @@
 #include <unistd.h>
 
 #include "sha256.h"
+#include "tools/prog.h"
 
 #define SEED_SERVER 0x5eed5eedull
 #define SEED_CLIENT 0xc11e47ull
@@ -51,12 +52,6 @@ struct stream {
 	uint64_t done;     /* bytes generated or checked */
 	struct sha256 sha; /* of the same bytes, printed at the end */
 };
-
-static void die(const char *what)
-{
-	fprintf(stderr, "stream_check: %s: %s\n", what, strerror(errno));
-	exit(2);
-}
 
 __attribute__((format(printf, 1, 2))) static void fail(const char *fmt, ...)
 {
@@ -165,7 +160,7 @@ static void after_send(struct endpoint *e)
 		return;
 	e->sent_all = true;
 	if (!e->server && shutdown(e->fd, SHUT_WR) != 0)
-		die("shutdown");
+		prog_die("shutdown");
 }
 
 static void server_answer(struct endpoint *e)
@@ -183,7 +178,7 @@ static void server_answer(struct endpoint *e)
 			continue;
 		}
 		if (n <= 0)
-			die("write answer");
+			prog_die("write answer");
 		off += (size_t)n;
 	}
 	e->answered = true;
@@ -204,7 +199,7 @@ static bool read_some(struct endpoint *e)
 		return false;
 	}
 	if (errno != EAGAIN && errno != EINTR)
-		die("read");
+		prog_die("read");
 	return true;
 }
 
@@ -216,7 +211,7 @@ static bool write_some(struct endpoint *e)
 	if (n > 0)
 		e->woff += (size_t)n;
 	else if (n < 0 && errno != EAGAIN && errno != EINTR)
-		die("write");
+		prog_die("write");
 	after_send(e);
 	return n > 0;
 }
@@ -256,7 +251,7 @@ static void *block_writer(void *arg)
 			if (n < 0 && errno == EINTR)
 				continue;
 			if (n <= 0)
-				die("write");
+				prog_die("write");
 			e->woff += (size_t)n;
 		}
 	}
@@ -275,7 +270,7 @@ static void run_block(struct endpoint *e)
 		if (n < 0 && errno == EINTR)
 			continue;
 		if (n < 0)
-			die("read");
+			prog_die("read");
 		if (n == 0)
 			break;
 		take(e, buf, (size_t)n);
@@ -300,7 +295,7 @@ static void run_events(struct endpoint *e, enum style st)
 		ev.data.fd = e->fd;
 		ep = epoll_create1(EPOLL_CLOEXEC);
 		if (ep < 0 || epoll_ctl(ep, EPOLL_CTL_ADD, e->fd, &ev) != 0)
-			die("epoll");
+			prog_die("epoll");
 	}
 	while (!finished(e)) {
 		bool want_out = !e->sent_all;
@@ -402,25 +397,25 @@ static int connect_to(struct sockaddr_in *sa, enum style st)
 	int fd = socket(AF_INET, SOCK_STREAM, 0);
 
 	if (fd < 0)
-		die("socket");
+		prog_die("socket");
 	if (st != NBCONNECT) {
 		if (connect(fd, (struct sockaddr *)sa, sizeof(*sa)) != 0)
-			die("connect");
+			prog_die("connect");
 		return fd;
 	}
 	fcntl(fd, F_SETFL, O_NONBLOCK);
 	if (connect(fd, (struct sockaddr *)sa, sizeof(*sa)) != 0) {
 		if (errno != EINPROGRESS)
-			die("connect");
+			prog_die("connect");
 		struct pollfd p = {fd, POLLOUT, 0};
 		if (poll(&p, 1, 60000) != 1)
-			die("connect: not writable in 60 s");
+			prog_die("connect: not writable in 60 s");
 		int err = 0;
 		socklen_t len = sizeof(err);
 		getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len);
 		if (err) {
 			errno = err;
-			die("connect");
+			prog_die("connect");
 		}
 	}
 	return fd;
@@ -438,7 +433,7 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	if (inet_pton(AF_INET, argv[2], &sa.sin_addr) != 1)
-		die("address");
+		prog_die("address");
 	sa.sin_port = htons((uint16_t)atoi(argv[3]));
 	for (unsigned i = 0; i < sizeof(style_names) / sizeof(style_names[0]); i++)
 		if (strcmp(argv[4], style_names[i]) == 0)
@@ -453,12 +448,12 @@ int main(int argc, char **argv)
 		int one = 1, l = socket(AF_INET, SOCK_STREAM, 0);
 		setsockopt(l, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
 		if (bind(l, (struct sockaddr *)&sa, sizeof(sa)) != 0 || listen(l, 8) != 0)
-			die("bind/listen");
+			prog_die("bind/listen");
 		printf("stream_check: listening\n");
 		fflush(stdout);
 		fd = accept(l, NULL, NULL);
 		if (fd < 0)
-			die("accept");
+			prog_die("accept");
 		close(l);
 		init_endpoint(&e, fd, true, bytes);
 		run(&e, st == NBCONNECT ? POLL : st, style_names[st]);
@@ -468,6 +463,6 @@ int main(int argc, char **argv)
 		run(&e, st == NBCONNECT ? POLL : st, style_names[st]);
 	}
 	if (close(fd) != 0)
-		die("close");
+		prog_die("close");
 	return 0;
 }

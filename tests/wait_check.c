@@ -37,6 +37,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "tools/prog.h"
+
 #define LONG_MS  3000 /* an event is expected */
 #define SHORT_MS 150  /* none is */
 
@@ -49,12 +51,6 @@ static const char *tmo_name(int ms)
 static const char *wc_addr;
 static int wc_port, wc_listener = -1;
 static bool wc_status_taken;
-
-static void die(const char *what)
-{
-	fprintf(stderr, "wait_check: %s: %s\n", what, strerror(errno));
-	exit(2);
-}
 
 static void out(const char *fmt, ...)
 {
@@ -106,13 +102,13 @@ static void make_pair(int *c, int *s)
 	inet_pton(AF_INET, wc_addr, &sa.sin_addr);
 	*c = socket(AF_INET, SOCK_STREAM, 0);
 	if (*c < 0 || connect(*c, (struct sockaddr *)&sa, sizeof(sa)) != 0)
-		die("connect");
+		prog_die("connect");
 	*s = accept(wc_listener, NULL, NULL);
 	if (*s < 0)
-		die("accept");
+		prog_die("accept");
 	if (write(*c, &b, 1) != 1 || read(*s, &b, 1) != 1 || write(*s, &b, 1) != 1 ||
 	    read(*c, &b, 1) != 1)
-		die("first exchange");
+		prog_die("first exchange");
 	set_nonblock(*c);
 	set_nonblock(*s);
 	take_status();
@@ -124,7 +120,7 @@ static void put(int fd, size_t n)
 
 	memset(buf, 'd', sizeof(buf));
 	if (n > sizeof(buf) || write(fd, buf, n) != (ssize_t)n)
-		die("write");
+		prog_die("write");
 }
 
 /* Reads up to n bytes (non-blocking), printing what it got. */
@@ -821,7 +817,7 @@ int main(int argc, char **argv)
 	setsockopt(wc_listener, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
 	if (wc_listener < 0 || bind(wc_listener, (struct sockaddr *)&sa, sizeof(sa)) != 0 ||
 	    listen(wc_listener, 16) != 0)
-		die("listen");
+		prog_die("listen");
 	for (size_t i = 0; i < sizeof(scenarios) / sizeof(scenarios[0]); i++) {
 		bool want = argc == 3;
 

@@ -31,23 +31,9 @@
 #include <unistd.h>
 
 #include "sha256.h"
+#include "tools/prog.h"
 
 #define FILE_SIZE (4 * 1024 * 1024 + 123)
-
-static void die(const char *what)
-{
-	fprintf(stderr, "xfer_check: %s: %s\n", what, strerror(errno));
-	exit(2);
-}
-
-static struct sockaddr_in address(const char *addr, int port)
-{
-	struct sockaddr_in sin = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
-
-	if (inet_pton(AF_INET, addr, &sin.sin_addr) != 1)
-		die("address");
-	return sin;
-}
 
 static unsigned char pattern(long i)
 {
@@ -60,11 +46,11 @@ static int make_file(const char *path, struct sha256 *expect)
 	int fd = open(path, O_RDWR | O_CREAT | O_TRUNC, 0600);
 
 	if (fd < 0)
-		die("open");
+		prog_die("open");
 	for (long i = 0; i < FILE_SIZE; i++)
 		buf[i] = pattern(i);
 	if (write(fd, buf, FILE_SIZE) != FILE_SIZE)
-		die("write file");
+		prog_die("write file");
 	lseek(fd, 0, SEEK_SET);
 	sha256_update(expect, buf, FILE_SIZE);
 	return fd;
@@ -93,9 +79,9 @@ static void refused_calls(int c, int file)
 	ssize_t r;
 
 	if (pipe(p) != 0)
-		die("pipe");
+		prog_die("pipe");
 	if (write(p[1], "x", 1) != 1)
-		die("write pipe");
+		prog_die("write pipe");
 	r = sendfile(c, p[0], NULL, 1);
 	printf("sendfile from a pipe: %zd %s\n", r, r < 0 ? strerror(errno) : "");
 	r = splice(p[0], NULL, c, &off, 1, 0);
@@ -110,7 +96,7 @@ static void refused_calls(int c, int file)
 
 static int run_server(const char *addr, int port, const char *path)
 {
-	struct sockaddr_in sin = address(addr, port);
+	struct sockaddr_in sin = prog_address(addr, port);
 	int l = socket(AF_INET, SOCK_STREAM, 0), one = 1, c, file, p[2];
 	struct sha256 expect;
 	char hex[65];
@@ -123,18 +109,18 @@ static int run_server(const char *addr, int port, const char *path)
 	total += FILE_SIZE;
 	setsockopt(l, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
 	if (bind(l, (struct sockaddr *)&sin, sizeof(sin)) || listen(l, 8))
-		die("listen");
+		prog_die("listen");
 	printf("listening\n");
 	fflush(stdout);
 	c = accept(l, NULL, NULL);
 	if (c < 0)
-		die("accept");
+		prog_die("accept");
 
 	/* 1. From the file's offset, blocking: everything, and the offset moves. */
 	for (long sent = 0; sent < FILE_SIZE; sent += r) {
 		r = sendfile(c, file, NULL, (size_t)(FILE_SIZE - sent));
 		if (r <= 0)
-			die("sendfile");
+			prog_die("sendfile");
 	}
 	printf("sendfile from the offset: file offset now %ld\n", (long)lseek(file, 0, SEEK_CUR));
 
@@ -178,15 +164,15 @@ static int run_server(const char *addr, int port, const char *path)
 		long moved = 0;
 
 		if (pipe(p) != 0)
-			die("pipe");
+			prog_die("pipe");
 		for (size_t i = 0; i < sizeof(b); i++)
 			b[i] = (unsigned char)(i * 13);
 		if (write(p[1], b, sizeof(b)) != (ssize_t)sizeof(b))
-			die("write pipe");
+			prog_die("write pipe");
 		while (moved < (long)sizeof(b)) {
 			r = splice(p[0], NULL, c, NULL, sizeof(b) - (size_t)moved, SPLICE_F_MORE);
 			if (r <= 0)
-				die("splice to the socket");
+				prog_die("splice to the socket");
 			moved += r;
 		}
 		printf("splice from a pipe: %ld\n", moved);
@@ -207,7 +193,7 @@ static int run_server(const char *addr, int port, const char *path)
 			if (r > 0) {
 				sent += r;
 				if (lseek(file, 0, SEEK_CUR) != sent)
-					die("the file offset is not what was sent");
+					prog_die("the file offset is not what was sent");
 				continue;
 			}
 			if (r < 0 && errno == EAGAIN) {
@@ -217,7 +203,7 @@ static int run_server(const char *addr, int port, const char *path)
 				poll(&pf, 1, -1);
 				continue;
 			}
-			die("non-blocking sendfile");
+			prog_die("non-blocking sendfile");
 		}
 		printf("non-blocking sendfile: all %ld bytes, file offset %ld%s\n", sent,
 		       (long)lseek(file, 0, SEEK_CUR), eagain ? ", after EAGAIN" : "");
@@ -244,7 +230,7 @@ static int run_server(const char *addr, int port, const char *path)
 
 static int run_client(const char *addr, int port)
 {
-	struct sockaddr_in sin = address(addr, port);
+	struct sockaddr_in sin = prog_address(addr, port);
 	int c = socket(AF_INET, SOCK_STREAM, 0), p[2];
 	static char buf[4][3000], pb[7000];
 	struct sha256 got;
@@ -254,9 +240,9 @@ static int run_client(const char *addr, int port)
 
 	sha256_init(&got);
 	if (c < 0 || connect(c, (struct sockaddr *)&sin, sizeof(sin)) != 0)
-		die("connect");
+		prog_die("connect");
 	if (pipe(p) != 0)
-		die("pipe");
+		prog_die("pipe");
 	for (int turn = 0; !end; turn++) {
 		if (turn % 2 == 0) {
 			struct iovec iov[4];
@@ -271,7 +257,7 @@ static int run_client(const char *addr, int port)
 			}
 			k = recvmmsg(c, m, 4, MSG_WAITFORONE, NULL);
 			if (k < 0)
-				die("recvmmsg");
+				prog_die("recvmmsg");
 			for (int i = 0; i < k; i++) {
 				if (m[i].msg_len == 0)
 					end = true;
@@ -282,13 +268,13 @@ static int run_client(const char *addr, int port)
 			ssize_t r = splice(c, NULL, p[1], NULL, sizeof(pb), 0), k;
 
 			if (r < 0)
-				die("splice from the socket");
+				prog_die("splice from the socket");
 			if (r == 0)
 				end = true;
 			for (ssize_t left = r; left > 0; left -= k) {
 				k = read(p[0], pb, (size_t)left);
 				if (k <= 0)
-					die("read pipe");
+					prog_die("read pipe");
 				sha256_update(&got, pb, (size_t)k);
 				total += k;
 			}

@@ -34,35 +34,20 @@
 #include <time.h>
 #include <unistd.h>
 
-static void die(const char *what)
-{
-	fprintf(stderr, "idle_echo: %s: %s\n", what, strerror(errno));
-	exit(2);
-}
-
-static struct sockaddr_in address(const char *addr, int port)
-{
-	struct sockaddr_in sin = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
-
-	if (inet_pton(AF_INET, addr, &sin.sin_addr) != 1) {
-		fprintf(stderr, "idle_echo: bad address %s\n", addr);
-		exit(2);
-	}
-	return sin;
-}
+#include "tools/prog.h"
 
 __attribute__((noreturn)) static void run_server(const char *addr, int port)
 {
-	struct sockaddr_in sin = address(addr, port);
+	struct sockaddr_in sin = prog_address(addr, port);
 	struct epoll_event ev = {.events = EPOLLIN}, evs[64];
 	int l = socket(AF_INET, SOCK_STREAM, 0), one = 1, ep = epoll_create1(0);
 	char buf[4096];
 
 	if (l < 0 || ep < 0)
-		die("socket");
+		prog_die("socket");
 	setsockopt(l, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
 	if (bind(l, (struct sockaddr *)&sin, sizeof(sin)) < 0 || listen(l, 4096) < 0)
-		die("listen");
+		prog_die("listen");
 	ev.data.fd = l;
 	epoll_ctl(ep, EPOLL_CTL_ADD, l, &ev);
 	for (;;) {
@@ -84,7 +69,7 @@ __attribute__((noreturn)) static void run_server(const char *addr, int port)
 			if (n > 0) {
 				/* Requests are 64 bytes: the answer fits the socket at once. */
 				if (write(fd, buf, (size_t)n) != n)
-					die("write");
+					prog_die("write");
 			} else if (n == 0 || errno != EAGAIN) {
 				epoll_ctl(ep, EPOLL_CTL_DEL, fd, NULL);
 				close(fd);
@@ -130,28 +115,28 @@ static void echo_once(int fd)
 
 	memset(req, 'x', sizeof(req));
 	if (write(fd, req, sizeof(req)) != (ssize_t)sizeof(req))
-		die("write");
+		prog_die("write");
 	while (got < sizeof(resp)) {
 		ssize_t m = read(fd, resp + got, sizeof(resp) - got);
 
 		if (m <= 0)
-			die("read");
+			prog_die("read");
 		got += (size_t)m;
 	}
 }
 
 static int run_setup(const char *addr, int port, int n)
 {
-	struct sockaddr_in sin = address(addr, port);
+	struct sockaddr_in sin = prog_address(addr, port);
 	int *fds = calloc((size_t)n, sizeof(*fds));
 	double t0 = now_us(), t1;
 
 	if (!fds)
-		die("calloc");
+		prog_die("calloc");
 	for (int i = 0; i < n; i++) {
 		fds[i] = socket(AF_INET, SOCK_STREAM, 0);
 		if (fds[i] < 0 || connect(fds[i], (struct sockaddr *)&sin, sizeof(sin)) < 0)
-			die("connect");
+			prog_die("connect");
 		echo_once(fds[i]);
 	}
 	t1 = now_us();
@@ -195,7 +180,7 @@ static void churn_mark(int cycle)
 
 static int run_churn(const char *addr, int port, int n)
 {
-	struct sockaddr_in sin = address(addr, port);
+	struct sockaddr_in sin = prog_address(addr, port);
 	double t0 = now_us(), paused = 0, longest = 0;
 
 	for (int i = 1; i <= n; i++) {
@@ -203,10 +188,10 @@ static int run_churn(const char *addr, int port, int n)
 		int fd = socket(AF_INET, SOCK_STREAM, 0);
 
 		if (fd < 0 || connect(fd, (struct sockaddr *)&sin, sizeof(sin)) < 0)
-			die("connect");
+			prog_die("connect");
 		echo_once(fd);
 		if (close(fd) != 0)
-			die("close");
+			prog_die("close");
 		if (now_us() - c0 > longest)
 			longest = now_us() - c0;
 		if (i == 10 || i == n) {
@@ -225,7 +210,7 @@ static int run_churn(const char *addr, int port, int n)
 
 static int run_client(const char *addr, int port, int n, int senders, int rounds)
 {
-	struct sockaddr_in sin = address(addr, port);
+	struct sockaddr_in sin = prog_address(addr, port);
 	int *fds = calloc((size_t)n, sizeof(*fds));
 	double *lat = calloc((size_t)senders * (size_t)rounds, sizeof(*lat));
 	struct timespec ms = {0, 1000000};
@@ -233,11 +218,11 @@ static int run_client(const char *addr, int port, int n, int senders, int rounds
 	size_t k = 0;
 
 	if (!fds || !lat)
-		die("calloc");
+		prog_die("calloc");
 	for (int i = 0; i < n; i++) {
 		fds[i] = socket(AF_INET, SOCK_STREAM, 0);
 		if (fds[i] < 0 || connect(fds[i], (struct sockaddr *)&sin, sizeof(sin)) < 0)
-			die("connect");
+			prog_die("connect");
 	}
 	printf("ready %d rss_kib %ld\n", n, rss_kib());
 	fflush(stdout);
