@@ -27,12 +27,21 @@ for mode in srq rq; do
 	spid=$!
 	wait_listen $port
 	"${run[@]}" timeout 1200 "$BUILD/tests/stream_check" client "$ADDR" $port block $bytes \
-		> "$WORK/client.log" 2>&1 || { cat "$WORK/client.log" "$WORK/server.log"; fail "$mode: client"; }
+		> "$WORK/client.log" 2>&1 &
+	cpid=$!
+	# While it streams: the server's status shows the connection on RDMA, with a peer in this mode.
+	up=0
+	for _ in $(seq 1 100); do
+		up=$(upgraded_now $spid $mode)
+		[ "$up" -ge 1 ] || ! alive $cpid && break
+		sleep 0.2
+	done
+	wait $cpid || { cat "$WORK/client.log" "$WORK/server.log"; fail "$mode: client"; }
+	[ "$up" -eq 1 ] || fail "$mode: srqshim-ctl showed $up upgraded connections with a $mode peer on the server (1 expected)"
 	wait $spid || { cat "$WORK/server.log"; fail "$mode: server"; }
 	secs=$(( $(date +%s) - t0 )) rnrs=$(( $(rnr) - r0 )) pkts=$(( $(rdma_pkts) - p0 ))
 	grep "stream_check:\|connection done" "$WORK/client.log" "$WORK/server.log" | grep -v listening
 	grep -qi "error" "$WORK/client.log" "$WORK/server.log" && fail "$mode: errors logged"
-	saw_upgrade "$WORK/server.log" $mode
 	same_streams "$WORK/client.log" "$WORK/server.log"
 	[ $pkts -ge $((2 * bytes / 8192)) ] || fail "$mode: only $pkts RDMA packets for $bytes bytes each way"
 	reqs=$(( $(requests "$WORK/client.log") + $(requests "$WORK/server.log") ))

@@ -53,9 +53,14 @@ SHIMMED=(env LD_PRELOAD="$PRELOAD" SRQSHIM_MODE="$CLIENT_MODE")
 shimmed() { "${SHIMMED[@]}" "$@"; }
 echo "modes: server $SERVER_MODE, client $CLIENT_MODE"
 
-# Fails unless log $1 (of a process at log level info) shows an upgrade whose peer used mode $2.
-saw_upgrade() {
-	grep -q "upgraded (peer $2)" "$1" || { cat "$1"; fail "no upgrade with a peer in $2 mode in $1"; }
+# How many connections of process $1 srqshim-ctl shows upgraded, with a
+# peer in receive mode $2, now (from the status file, not from a log).
+upgraded_now() {
+	"$BUILD/tools/srqshim-ctl" status --pid "$1" --json 2> /dev/null | python3 -c '
+import json, sys
+doc = json.load(sys.stdin)
+print(sum(1 for p in doc["processes"] for c in p["connections"]
+          if c["state"] == "upgraded" and c["peer_mode"] == sys.argv[1]))' "$2" 2> /dev/null || echo 0
 }
 
 # True while process $1 runs (a zombie child has ended).
