@@ -20,6 +20,8 @@
 #include "shim/shim.h"
 #include "shim/xfer.h"
 
+#include "handshake/clock.h"
+
 #define XFER_CHUNK    (128 * 1024)
 #define XFER_RW_LIMIT 0x7ffff000L /* the most one read or write moves (Linux's MAX_RW_COUNT) */
 
@@ -336,7 +338,7 @@ int ss_xfer_sendmmsg(int fd, struct mmsghdr *v, unsigned n, int flags, bool *han
 int ss_xfer_recvmmsg(int fd, struct mmsghdr *v, unsigned n, int flags, struct timespec *timeout,
 		     bool *handled)
 {
-	struct timespec end = {0}, now;
+	uint64_t end_us = 0; /* the one clock (handshake/clock.h), to the microsecond */
 	unsigned i;
 	ssize_t r = 0;
 
@@ -346,13 +348,8 @@ int ss_xfer_recvmmsg(int fd, struct mmsghdr *v, unsigned n, int flags, struct ti
 	if (timeout) {
 		if (timeout->tv_sec < 0 || timeout->tv_nsec < 0 || timeout->tv_nsec >= 1000000000L)
 			return -EINVAL;
-		clock_gettime(CLOCK_MONOTONIC, &end);
-		end.tv_sec += timeout->tv_sec;
-		end.tv_nsec += timeout->tv_nsec;
-		if (end.tv_nsec >= 1000000000L) {
-			end.tv_sec++;
-			end.tv_nsec -= 1000000000L;
-		}
+		end_us = ss_now_us() + (uint64_t)timeout->tv_sec * 1000000 +
+			 ((uint64_t)timeout->tv_nsec + 999) / 1000;
 	}
 	for (i = 0; i < n; i++) {
 		struct msghdr *m = &v[i].msg_hdr;
@@ -371,27 +368,22 @@ int ss_xfer_recvmmsg(int fd, struct mmsghdr *v, unsigned n, int flags, struct ti
 			m->msg_flags = 0;
 		}
 		if (r < 0) {
+			/* For the next call, as the kernel's sk_err. */
 			if (i > 0)
-				ss_io_error_back(
-					fd,
-					(int)-r); /* for the next call, as the kernel's sk_err */
+				ss_io_error_back(fd, (int)-r);
 			break;
 		}
 		v[i].msg_len = (unsigned)r;
 		if (timeout) {
-			clock_gettime(CLOCK_MONOTONIC, &now);
-			if (now.tv_sec > end.tv_sec ||
-			    (now.tv_sec == end.tv_sec && now.tv_nsec >= end.tv_nsec)) {
+			uint64_t now_us = ss_now_us();
+
+			if (now_us >= end_us) {
 				timeout->tv_sec = timeout->tv_nsec = 0;
 				i++;
 				break;
 			}
-			timeout->tv_sec = end.tv_sec - now.tv_sec;
-			timeout->tv_nsec = end.tv_nsec - now.tv_nsec;
-			if (timeout->tv_nsec < 0) {
-				timeout->tv_sec--;
-				timeout->tv_nsec += 1000000000L;
-			}
+			timeout->tv_sec = (time_t)((end_us - now_us) / 1000000);
+			timeout->tv_nsec = (long)((end_us - now_us) % 1000000) * 1000;
 		}
 	}
 	return i ? (int)i : (int)r;
