@@ -68,8 +68,8 @@ struct ss_ep {
 	unsigned chan_gen; /* the worker's device count when its channels were added (0: none) */
 	bool wake_added;
 	unsigned found_calls;
-	atomic_int n_kernel; /* the application's own fds in the kernel set (an estimate: closes go
-				unseen) */
+	/* Registrations in the kernel set, ours or not (ep_count_kernel; closes go unseen). */
+	atomic_int n_kernel;
 	atomic_int blind_sleepers; /* threads in a kernel wait that no wake-up fd reaches */
 };
 
@@ -436,6 +436,21 @@ static bool ep_can_answer(struct ss_ep *e, struct ss_sock *s, uint32_t events)
 	       atomic_load_explicit(&e->blind_sleepers, memory_order_acquire) == 0;
 }
 
+/*
+ * One registration more (+1) or fewer (-1) in e's kernel set: what a spin
+ * must ask the kernel about now and then. The application's other fds are
+ * counted at epoll_ctl (ss_epoll_count_kernel); a socket of ours answered
+ * by the kernel (undecided, or not answerable in user space) is counted
+ * here. Until 2026-12-02 those were not: an instance whose only kernel fds
+ * were such sockets spun its whole budget before it saw them (a server's
+ * accepted connection with its HELLO waiting, 1.7 ms per connection).
+ */
+static void ep_count_kernel(struct ss_ep *e, int delta)
+{
+	if (e)
+		atomic_fetch_add_explicit(&e->n_kernel, delta, memory_order_relaxed);
+}
+
 /* Makes r fast in e: out of the kernel set, into the shadow (queued if ready). fd_lock held. */
 static void ep_make_fast(struct ss_ep *e, struct ss_epreg *r, bool in_kernel)
 {
@@ -445,8 +460,10 @@ static void ep_make_fast(struct ss_ep *e, struct ss_epreg *r, bool in_kernel)
 		pthread_mutex_unlock(&e->lock);
 		return;
 	}
-	if (in_kernel)
+	if (in_kernel) {
 		ss_real.epoll_ctl(r->epfd, EPOLL_CTL_DEL, r->fd, NULL);
+		ep_count_kernel(e, -1);
+	}
 	r->fast = true;
 	atomic_fetch_add(&r->refs, 1); /* the instance list's */
 	r->e_prev = NULL;
@@ -543,8 +560,10 @@ int ss_epoll_ctl(int epfd, int op, int fd, struct ss_sock *s, struct epoll_event
 			ret = -errno;
 			epreg_put(r);
 			break;
-		} else if (ss_sock_state(s) == SS_SOCK_UPGRADED) {
-			mirror += ep_mirror(r, true);
+		} else {
+			ep_count_kernel(e, 1);
+			if (ss_sock_state(s) == SS_SOCK_UPGRADED)
+				mirror += ep_mirror(r, true);
 		}
 		r->s_next = s->epregs;
 		s->epregs = r;
@@ -582,6 +601,8 @@ int ss_epoll_ctl(int epfd, int op, int fd, struct ss_sock *s, struct epoll_event
 			ep_make_slow(r);
 		else if (ss_real.epoll_ctl(epfd, op, fd, NULL) != 0)
 			ret = -errno;
+		else
+			ep_count_kernel(e, -1);
 		mirror += ep_mirror(r, false);
 		for (struct ss_epreg **pp = &s->epregs; *pp; pp = &(*pp)->s_next)
 			if (*pp == r) {
@@ -629,7 +650,8 @@ void ss_epoll_leaving(struct ss_sock *s)
 
 			/* Into the kernel set, on what the name is now; swaps carry it on. */
 			ep_make_slow(r);
-			ss_real.epoll_ctl(r->epfd, EPOLL_CTL_ADD, r->fd, &ev);
+			if (ss_real.epoll_ctl(r->epfd, EPOLL_CTL_ADD, r->fd, &ev) == 0)
+				ep_count_kernel(r->ep, 1);
 		}
 		mirror += ep_mirror(r, false);
 	}
