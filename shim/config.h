@@ -23,6 +23,7 @@ struct ss_config {
 	int srq_pool_max;
 	int srq_hold;
 	int tx_pool_max;
+	int qp_pool;
 	int buf_size;
 	int max_inline;
 	int hello_timeout_ms;

@@ -89,6 +89,7 @@ void ss_transport_cfg_fill(struct ss_transport_cfg *t)
 								      : ss_cfg.srq_pool);
 	t->srq_hold = (uint32_t)ss_cfg.srq_hold;
 	t->tx_pool_max = (uint32_t)ss_cfg.tx_pool_max;
+	t->qp_pool = (uint32_t)ss_cfg.qp_pool;
 	t->buf_size = (uint32_t)ss_cfg.buf_size;
 	t->max_inline = (uint32_t)ss_cfg.max_inline;
 	t->ctrl_reserve = 2;

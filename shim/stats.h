@@ -22,7 +22,7 @@
 #include "transport/conn.h"
 
 #define SS_STATS_MAGIC   "SRQSTATS"
-#define SS_STATS_VERSION 1
+#define SS_STATS_VERSION 2
 #define SS_STATS_DIR_FMT "/dev/shm/srqshim-%u" /* the user id */
 #define SS_STATS_SLOTS   65536                 /* a sparse file: untouched slots cost nothing */
 

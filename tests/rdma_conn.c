@@ -158,6 +158,8 @@ static struct ss_transport_cfg test_cfg(uint32_t window, uint32_t buf_size)
 		.srq_max = 16,
 		.srq_hold = 2,
 		.tx_pool_max = 256,
+		/* srq connections take ready QPs the progress thread makes meanwhile */
+		.qp_pool = 2,
 	};
 }
 
@@ -271,6 +273,20 @@ static int count_res(const char *kind)
 	return n;
 }
 
+/* Waits (up to 5 s) until no ready-QP refill is due: the pool is full, or was never started. */
+static void pool_settle(struct ss_worker *w, uint32_t want)
+{
+	struct ss_worker_stats st;
+
+	for (int i = 0; i < 500; i++) {
+		ss_worker_get_stats(w, &st);
+		if (st.qp_ready == want || st.qp_taken + st.qp_own == 0)
+			return;
+		usleep(10000);
+	}
+	fail_msg("the QP pool holds %u ready QPs, not %u", st.qp_ready, want);
+}
+
 /* A connection that cannot be made (no random PSN) leaves nothing behind. */
 static void test_create_failure_leaks_nothing(void **state)
 {
@@ -285,6 +301,7 @@ static void test_create_failure_leaks_nothing(void **state)
 	assert_int_equal(ss_worker_get(&w), 0);
 	for (int m = 0; m < 2; m++) {
 		cfg.recv_mode = m ? SS_RECV_SRQ : SS_RECV_RQ;
+		pool_settle(w, cfg.qp_pool);
 		mrs = count_res("mr");
 		qps = count_res("qp");
 		cqs = count_res("cq");

@@ -136,6 +136,7 @@ static void exchange(bool use_srq)
 		r.s[i].dir = i;
 		assert_int_equal(ss_qp_create_rc(r.pd, r.cq, r.cq, r.srq, &caps, NULL, &r.s[i].qp),
 				 0);
+		assert_int_equal(ss_qp_init(r.s[i].qp, dev), 0);
 		assert_int_equal(ss_random_psn(&r.s[i].psn), 0);
 	}
 	for (int slot = 0; slot < N_RECV; slot++)

@@ -37,6 +37,7 @@ struct ss_transport_cfg {
 	uint32_t srq_max;      /* SRQ: bound of the receive pool, in blocks */
 	uint32_t srq_hold;     /* SRQ: blocks a connection keeps unread before copying out */
 	uint32_t tx_pool_max;  /* bound of the device's send pool, in blocks */
+	uint32_t qp_pool;      /* SRQ: ready QPs kept per device (qpool.h); 0: none */
 };
 
 /* Readiness of a connection, as a TCP socket would show it. */
@@ -166,6 +167,10 @@ struct ss_worker_stats {
 	uint32_t srq_posted;       /* blocks posted on the SRQ now, */
 	uint32_t srq_peak_held;    /* and the most held by connections at once */
 	uint64_t srq_limit_events; /* SRQ limit events (each grew the pool unless at the bound) */
+	uint32_t qp_ready;         /* ready QPs in the pool now (qpool.h), */
+	uint32_t pad;
+	uint64_t qp_taken; /* connections that took one, */
+	uint64_t qp_own;   /* and those that found none and made their own */
 };
 
 /* Statistics snapshot of w. */
@@ -339,7 +344,7 @@ struct ss_transport_ops {
 
 extern const struct ss_transport_ops ss_transport_ops;
 
-#define SS_TRANSPORT_OPS_VERSION 9
+#define SS_TRANSPORT_OPS_VERSION 10
 #define SS_TRANSPORT_OPS_SYMBOL  "ss_transport_ops"
 
 #endif

@@ -65,6 +65,9 @@ static int rq_setup(struct ss_conn *c, const struct ss_transport_cfg *cfg, struc
 	ret = ss_qp_create_rc(c->dc->pd, c->scq->cq, c->rcq->cq, NULL, &caps, c, &c->qp);
 	if (ret)
 		goto err_unreserve_send;
+	ret = ss_qp_init(c->qp, c->dc->dev);
+	if (ret)
+		goto err_destroy_qp;
 	ret = ss_cqs_attach(c->cqs, c->qp, c);
 	if (ret)
 		goto err_destroy_qp;

@@ -20,12 +20,19 @@ static int srq_setup(struct ss_conn *c, const struct ss_transport_cfg *cfg, stru
 	c->srq = atomic_load_explicit(&c->dc->srq, memory_order_acquire);
 	c->hold_max = cfg->srq_hold;
 	c->rcq = c->srq->rcq;
-	ret = ss_cqs_reserve(c->cqs, false, cfg->sq_depth, &c->scq);
-	if (ret)
-		return ret;
-	ret = ss_qp_create_rc(c->dc->pd, c->scq->cq, c->rcq->cq, c->srq->srq, &caps, c, &c->qp);
-	if (ret)
-		goto err_unreserve;
+	/* A ready QP if the device has one; else made here, as the pool would. */
+	if (!ss_qpool_take(&c->dc->qpool, &caps, c, &c->qp, &c->scq)) {
+		ret = ss_cqs_reserve(c->cqs, false, cfg->sq_depth, &c->scq);
+		if (ret)
+			return ret;
+		ret = ss_qp_create_rc(c->dc->pd, c->scq->cq, c->rcq->cq, c->srq->srq, &caps, c,
+				      &c->qp);
+		if (ret)
+			goto err_unreserve;
+		ret = ss_qp_init(c->qp, c->dc->dev);
+		if (ret)
+			goto err_destroy_qp;
+	}
 	ret = ss_cqs_attach(c->cqs, c->qp, c);
 	if (ret)
 		goto err_destroy_qp;

@@ -70,21 +70,24 @@ static int modify(struct ibv_qp *qp, struct ibv_qp_attr *attr, int mask, const c
 	return 0;
 }
 
-int ss_qp_connect(struct ibv_qp *qp, const struct ss_device *dev, const struct ss_qp_peer *peer,
-		  uint32_t local_psn)
+int ss_qp_init(struct ibv_qp *qp, const struct ss_device *dev)
 {
 	struct ibv_qp_attr attr;
-	int ret;
 
 	memset(&attr, 0, sizeof(attr));
 	attr.qp_state = IBV_QPS_INIT;
 	attr.port_num = dev->port;
 	attr.pkey_index = 0;
 	attr.qp_access_flags = 0; /* SEND only: no remote access to our memory */
-	ret = modify(qp, &attr,
-		     IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS, "INIT");
-	if (ret)
-		return ret;
+	return modify(qp, &attr,
+		      IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS, "INIT");
+}
+
+int ss_qp_connect(struct ibv_qp *qp, const struct ss_device *dev, const struct ss_qp_peer *peer,
+		  uint32_t local_psn)
+{
+	struct ibv_qp_attr attr;
+	int ret;
 
 	memset(&attr, 0, sizeof(attr));
 	attr.qp_state = IBV_QPS_RTR;

@@ -33,10 +33,13 @@ int ss_qp_create_rc(struct ibv_pd *pd, struct ibv_cq *send_cq, struct ibv_cq *re
 		    struct ibv_srq *srq, const struct ss_qp_caps *caps, void *context,
 		    struct ibv_qp **qp_p);
 
+/* Moves a new qp to INIT on dev's port (receives may be posted from then on). Returns 0 or -errno.
+ */
+int ss_qp_init(struct ibv_qp *qp, const struct ss_device *dev);
+
 /*
- * Moves qp through INIT and RTR to RTS towards peer, on dev's port and GID,
- * with local_psn as our initial send PSN. Receives may be posted once this
- * returns (or after INIT). Returns 0 or -errno.
+ * Moves qp from INIT through RTR to RTS towards peer, on dev's port and
+ * GID, with local_psn as our initial send PSN. Returns 0 or -errno.
  */
 int ss_qp_connect(struct ibv_qp *qp, const struct ss_device *dev, const struct ss_qp_peer *peer,
 		  uint32_t local_psn);

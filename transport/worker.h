@@ -11,6 +11,7 @@
 #include "transport/conn.h"
 #include "transport/cq.h"
 #include "transport/pool.h"
+#include "transport/qpool.h"
 #include "transport/timer.h"
 
 struct ibv_pd;
@@ -44,6 +45,7 @@ struct ss_devctx {
 	/* SRQ mode's shared receive side, made on first need (under the worker lock), read
 	 * anywhere */
 	_Atomic(struct ss_srq *) srq;
+	struct ss_qpool qpool; /* ready SRQ-mode QPs (qpool.h); started with the SRQ */
 };
 
 /* An address recently found without a device (so not rescanned for a while). */

@@ -10,7 +10,8 @@
 # ms; a stall waits for a handshake deadline, 15 s by default, as every
 # cycle that lost its watch did before 2026-12-02). SRQSHIM_CHURN_CYCLES
 # (default 60) sets the count. Last, the destination cache's memo: cycles to
-# a destination known shimmed do not open the cache file.
+# a destination known shimmed do not open the cache file. In srq mode,
+# connections take QPs the progress thread made ahead (SRQSHIM_QP_POOL).
 . "$(dirname "$0")/lib.sh"
 need_rdma
 
@@ -20,6 +21,14 @@ ulimit -n 65536
 port=9950
 
 res() { rdma res show "$1" 2>/dev/null | wc -l; }
+# Process $1's ready-QP pool, as srqshim-ctl shows it: ready taken own.
+qp_pool() {
+	"$BUILD/tools/srqshim-ctl" status --pid "$1" --json | python3 -c '
+import json, sys
+(p,) = json.load(sys.stdin)["processes"]
+q = p["qp_pool"]
+print(q["ready"], q["taken"], q["own"])'
+}
 proc_line() { # PID: fds threads rss_kib
 	echo "$(ls /proc/$1/fd | wc -l) $(ls /proc/$1/task | wc -l) $(awk '/^VmRSS/ {print $2}' /proc/$1/status)"
 }
@@ -43,6 +52,7 @@ for mode in srq rq; do
 		if [ "$(grep -c '^mark' "$WORK/churn.$mode")" -gt $marks ]; then
 			marks=$((marks + 1))
 			echo "$(res qp) $(res cq) $(res mr) $(proc_line $spid)" > "$WORK/at.$marks"
+			echo "$(qp_pool $spid) $(qp_pool $cpid)" > "$WORK/pool.$marks"
 			echo go >&3
 		fi
 		sleep 0.2
@@ -62,6 +72,19 @@ for mode in srq rq; do
 	[ $((cf2 - cf1)) -le 2 ] && [ "$ct1" = "$ct2" ] || fail "$mode: the client's fds or threads grew"
 	[ $((r2 - r1)) -lt 4096 ] && [ $((cr2 - cr1)) -lt 4096 ] || fail "$mode: RSS grew by more than 4 MiB"
 	[ $pkts -gt $((cycles * 4)) ] || fail "$mode: only $pkts RDMA packets for $cycles cycles"
+	# srq mode: connections take ready QPs (made ahead by the progress thread), and
+	# the pool is full again once the cycles pause; rq mode has no pool.
+	read -r sready staken sown cready ctaken cown < "$WORK/pool.2"
+	echo "  $mode: ready QPs at the end (server, client) $sready, $cready; taken $staken, $ctaken; made on the spot $sown, $cown"
+	if [ $mode = srq ]; then
+		[ "$sready" -eq 4 ] && [ "$cready" -eq 4 ] || fail "$mode: the QP pools were not refilled"
+		[ $((staken + sown)) -eq "$cycles" ] && [ $((ctaken + cown)) -eq "$cycles" ] ||
+			fail "$mode: pool takes do not add up to the cycles"
+		[ "$staken" -ge $((cycles / 2)) ] && [ "$ctaken" -ge $((cycles / 2)) ] ||
+			fail "$mode: fewer than half of the connections found a ready QP"
+	else
+		[ "$sready $staken $sown $cready $ctaken $cown" = "0 0 0 0 0 0" ] || fail "$mode: a QP pool in rq mode"
+	fi
 	read -r _ _ _ secs _ longest < <(grep '^done' "$WORK/churn.$mode")
 	awk -v l="$longest" 'BEGIN {exit !(l < 5)}' || fail "$mode: a cycle stalled for $longest s"
 	pass "$mode: $cycles cycles of connect, echo, close in $secs s, the longest $longest s: nothing grew"
