@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
+#include <linux/sockios.h>
 #include <sys/syscall.h>
 
 #include "shim/epoll.h"
@@ -690,7 +691,6 @@ EXPORT int fcntl64(int fd, int cmd, ...)
 
 EXPORT int ioctl(int fd, unsigned long req, ...)
 {
-	struct ss_sock *s;
 	va_list ap;
 	void *arg;
 
@@ -698,13 +698,12 @@ EXPORT int ioctl(int fd, unsigned long req, ...)
 	va_start(ap, req);
 	arg = va_arg(ap, void *);
 	va_end(ap);
-	if (req == FIONREAD && (s = ss_sock_get(fd))) {
-		if (ss_sock_state(s) == SS_SOCK_UPGRADED) {
-			*(int *)arg = (int)ss_tp->conn_readable(s->conn);
-			ss_sock_put(s);
-			return 0;
-		}
-		ss_sock_put(s);
+	if (req == FIONREAD || req == SIOCOUTQ || req == SIOCOUTQNSD || req == SIOCATMARK) {
+		bool handled;
+		int r = ss_io_queue_ioctl(fd, req, (int *)arg, &handled);
+
+		if (handled)
+			return (int)to_libc(r);
 	}
 	if (req == FIONBIO) {
 		int ret = ss_real.ioctl(fd, req, arg);

@@ -11,6 +11,8 @@
 #include <netinet/tcp.h>
 #include <signal.h>
 #include <stdlib.h>
+#include <sys/ioctl.h>
+#include <linux/sockios.h>
 #include <string.h>
 
 #include "shim/io.h"
@@ -105,6 +107,30 @@ static bool io_poll_cqs(void)
 	struct ss_worker *w = atomic_load_explicit(&ss_w, memory_order_acquire);
 
 	return w && ss_tp->worker_poll(w) > 0;
+}
+
+int ss_io_queue_ioctl(int fd, unsigned long req, int *val, bool *handled)
+{
+	struct ss_sock *s = ss_sock_get(fd);
+	size_t unsent = 0, n = 0;
+
+	*handled = s && ss_sock_state(s) == SS_SOCK_UPGRADED;
+	if (!*handled) {
+		ss_sock_put(s);
+		return 0;
+	}
+	/* What the CQs hold first: the kernel's queues move on their own, ours when polled. */
+	io_poll_cqs();
+	if (req == FIONREAD) {
+		n = ss_tp->conn_readable(s->conn);
+	} else if (req != SIOCATMARK) { /* SIOCATMARK: no urgent data on an upgraded stream */
+		n = ss_tp->conn_unacked(s->conn, &unsent);
+		if (req == SIOCOUTQNSD)
+			n = unsent;
+	}
+	ss_sock_put(s);
+	*val = n > INT_MAX ? INT_MAX : (int)n;
+	return 0;
 }
 
 /* SO_RCVTIMEO (out: SO_SNDTIMEO) of s as the kernel has it: ms rounded up, at most INT_MAX; 0:
@@ -382,6 +408,44 @@ static ssize_t io_up_result(struct ss_sock *s, ssize_t r)
 	return r;
 }
 
+static ssize_t io_up_recv(struct ss_sock *s, int fd, const struct iovec *iov, int n, int flags);
+
+/*
+ * MSG_TRUNC, as TCP has it: up to want bytes are taken (with MSG_PEEK,
+ * counted) but not copied; the caller's buffer is not touched (it may be
+ * NULL). The first look waits as a recv would; the rest takes what is
+ * there (all of want with MSG_WAITALL).
+ */
+static ssize_t io_up_recv_trunc(struct ss_sock *s, int fd, size_t want, int flags)
+{
+	size_t chunk = want < 65536 ? want : 65536, got = 0;
+	uint8_t one, *scratch;
+	ssize_t r;
+
+	flags &= ~MSG_TRUNC;
+	if (flags & MSG_PEEK) {
+		struct iovec v = {&one, 1};
+
+		r = want ? io_up_recv(s, fd, &v, 1, flags) : 0;
+		if (r <= 0)
+			return r;
+		r = (ssize_t)ss_tp->conn_readable(s->conn);
+		return (size_t)r < want ? r : (ssize_t)want;
+	}
+	if (!(scratch = malloc(chunk ? chunk : 1)))
+		return -ENOMEM;
+	do {
+		struct iovec v = {scratch, want - got < chunk ? want - got : chunk};
+
+		r = io_up_recv(s, fd, &v, 1,
+			       got && !(flags & MSG_WAITALL) ? flags | MSG_DONTWAIT : flags);
+		if (r > 0)
+			got += (size_t)r;
+	} while (r > 0 && got < want);
+	free(scratch);
+	return got ? (ssize_t)got : r;
+}
+
 static ssize_t io_up_recv(struct ss_sock *s, int fd, const struct iovec *iov, int n, int flags)
 {
 	bool peek = flags & MSG_PEEK, waitall = (flags & MSG_WAITALL) && !peek, polled = false;
@@ -392,6 +456,8 @@ static ssize_t io_up_recv(struct ss_sock *s, int fd, const struct iovec *iov, in
 
 	if (ss_sock_state(s) == SS_SOCK_FOREIGN)
 		return -EBADF;
+	if (flags & MSG_TRUNC)
+		return io_up_recv_trunc(s, fd, io_iov_total(iov, n), flags);
 	r = io_vec_copy(&local, iov, n);
 	if (r)
 		return r;

@@ -46,4 +46,12 @@ bool ss_io_ours(int fd, bool reading);
 /* A write-like call on fd; as ss_io_recv(). */
 ssize_t ss_io_send(int fd, const struct iovec *iov, int n, int flags, bool *handled);
 
+/*
+ * The queue ioctls of an upgraded connection (FIONREAD/SIOCINQ, SIOCOUTQ,
+ * SIOCOUTQNSD, SIOCATMARK): the count in *val, after a look at the CQs.
+ * *handled false: not an upgraded connection, the caller makes the real
+ * call. Returns 0.
+ */
+int ss_io_queue_ioctl(int fd, unsigned long req, int *val, bool *handled);
+
 #endif

@@ -10,7 +10,8 @@
  *       sendmmsg, 50,000 bytes through a pipe with splice, then FILE again
  *       with sendfile on a non-blocking socket (EAGAIN: poll, go on); and
  *       the calls TCP refuses (sendfile from a pipe, splice with an offset
- *       on the socket, splice to a regular file). Prints each result, the
+ *       on the socket, splice to a regular file). First, a 100-byte head:
+ *       the queue ioctls and MSG_TRUNC (surface_server, surface_client). Prints each result, the
  *       file offsets, and the SHA-256 of the stream it meant to send.
  *   xfer_check client ADDR PORT
  *       reads the whole stream by turns with recvmmsg (MSG_WAITFORONE),
@@ -27,7 +28,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/sendfile.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
+#include <linux/sockios.h>
 #include <unistd.h>
 
 #include "sha256.h"
@@ -94,6 +97,67 @@ static void refused_calls(int c, int file)
 	close(p[1]);
 }
 
+/*
+ * The queue ioctls and MSG_TRUNC, before the stream (issue 13): the server
+ * sends a 100-byte head; its SIOCOUTQ and SIOCOUTQNSD fall to 0 once the
+ * peer has it, SIOCATMARK is 0. The client waits for all 100 (FIONREAD),
+ * discards 40 with MSG_TRUNC into a NULL buffer, counts the other 60 with
+ * MSG_PEEK | MSG_TRUNC, reads them and checks them, then answers one byte.
+ */
+#define HEAD 100
+
+static void surface_server(int c)
+{
+	char head[HEAD], ack;
+	int q = -1, nsd = -1, mark = -1;
+
+	for (int i = 0; i < HEAD; i++)
+		head[i] = (char)('a' + i % 26);
+	if (send(c, head, HEAD, 0) != HEAD)
+		prog_die("send head");
+	for (int i = 0; i < 5000 && (q != 0 || nsd != 0); i++) {
+		if (ioctl(c, SIOCOUTQ, &q) || ioctl(c, SIOCOUTQNSD, &nsd))
+			prog_die("SIOCOUTQ");
+		usleep(1000);
+	}
+	if (ioctl(c, SIOCATMARK, &mark))
+		prog_die("SIOCATMARK");
+	printf("head sent: SIOCOUTQ %d, SIOCOUTQNSD %d once delivered, SIOCATMARK %d\n", q, nsd,
+	       mark);
+	if (recv(c, &ack, 1, MSG_WAITALL) != 1)
+		prog_die("head ack");
+}
+
+static void surface_client(int c)
+{
+	char back[HEAD];
+	int avail = 0, mark = -1;
+	ssize_t r1, r2, r3;
+
+	for (int i = 0; i < 5000 && avail < HEAD; i++) {
+		if (ioctl(c, FIONREAD, &avail))
+			prog_die("FIONREAD");
+		if (avail < HEAD)
+			usleep(1000);
+	}
+	if (ioctl(c, SIOCATMARK, &mark))
+		prog_die("SIOCATMARK");
+	r1 = recv(c, NULL, 40, MSG_TRUNC);
+	r2 = recv(c, NULL, 1000, MSG_TRUNC | MSG_PEEK);
+	r3 = recv(c, back, sizeof(back), 0);
+	printf("head: FIONREAD %d, SIOCATMARK %d, MSG_TRUNC 40: %zd, MSG_TRUNC|MSG_PEEK 1000: %zd, "
+	       "then read %zd",
+	       avail, mark, r1, r2, r3);
+	for (ssize_t i = 0; i < r3; i++)
+		if (back[i] != (char)('a' + (40 + i) % 26)) {
+			printf(", byte %zd differs", i);
+			break;
+		}
+	printf("\n");
+	if (send(c, "k", 1, 0) != 1)
+		prog_die("head ack");
+}
+
 static int run_server(const char *addr, int port, const char *path)
 {
 	struct sockaddr_in sin = prog_address(addr, port);
@@ -115,6 +179,7 @@ static int run_server(const char *addr, int port, const char *path)
 	c = accept(l, NULL, NULL);
 	if (c < 0)
 		prog_die("accept");
+	surface_server(c);
 
 	/* 1. From the file's offset, blocking: everything, and the offset moves. */
 	for (long sent = 0; sent < FILE_SIZE; sent += r) {
@@ -241,6 +306,7 @@ static int run_client(const char *addr, int port)
 	sha256_init(&got);
 	if (c < 0 || connect(c, (struct sockaddr *)&sin, sizeof(sin)) != 0)
 		prog_die("connect");
+	surface_client(c);
 	if (pipe(p) != 0)
 		prog_die("pipe");
 	for (int turn = 0; !end; turn++) {

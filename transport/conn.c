@@ -770,6 +770,21 @@ size_t ss_conn_readable(struct ss_conn *c)
 	return n;
 }
 
+size_t ss_conn_unacked(struct ss_conn *c, size_t *unsent_p)
+{
+	size_t n = 0, unsent = 0;
+
+	pthread_mutex_lock(&c->lock);
+	for (uint32_t s = c->tx_done; s != c->tx_open; s++) {
+		n += c->tx_len[s % c->n_tx];
+		if (s - c->tx_posted < c->tx_open - c->tx_posted)
+			unsent += c->tx_len[s % c->n_tx];
+	}
+	pthread_mutex_unlock(&c->lock);
+	*unsent_p = unsent;
+	return n;
+}
+
 int ss_conn_shutdown_wr(struct ss_conn *c)
 {
 	int ret = 0;

@@ -251,6 +251,13 @@ size_t ss_conn_send_capacity(struct ss_conn *c);
 /* Bytes readable now (FIONREAD). */
 size_t ss_conn_readable(struct ss_conn *c);
 
+/*
+ * Bytes accepted and not yet acknowledged by the peer's side (SIOCOUTQ:
+ * sent without a completion yet, or not sent); *unsent_p gets those not
+ * yet sent (SIOCOUTQNSD).
+ */
+size_t ss_conn_unacked(struct ss_conn *c, size_t *unsent_p);
+
 /* Ends our stream once everything accepted has been sent. Returns 0 or -errno. */
 int ss_conn_shutdown_wr(struct ss_conn *c);
 
@@ -329,6 +336,7 @@ struct ss_transport_ops {
 	ssize_t (*conn_send)(struct ss_conn *c, const struct iovec *iov, int iovcnt, bool more);
 	ssize_t (*conn_recv)(struct ss_conn *c, const struct iovec *iov, int iovcnt, bool peek);
 	size_t (*conn_readable)(struct ss_conn *c);
+	size_t (*conn_unacked)(struct ss_conn *c, size_t *unsent_p);
 	size_t (*conn_send_capacity)(struct ss_conn *c);
 	int (*conn_shutdown_wr)(struct ss_conn *c);
 	unsigned (*conn_ready)(struct ss_conn *c);

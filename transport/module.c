@@ -36,6 +36,7 @@ __attribute__((visibility("default"))) const struct ss_transport_ops ss_transpor
 	.conn_send = ss_conn_send,
 	.conn_recv = ss_conn_recv,
 	.conn_readable = ss_conn_readable,
+	.conn_unacked = ss_conn_unacked,
 	.conn_send_capacity = ss_conn_send_capacity,
 	.conn_shutdown_wr = ss_conn_shutdown_wr,
 	.conn_ready = ss_conn_ready,
