@@ -741,9 +741,11 @@ void ss_epoll_to_kernel(int epfd)
 		pthread_mutex_lock(&s->fd_lock);
 		if (r->fast) {
 			ep_make_slow(r);
-			if (ss_real.epoll_ctl(r->epfd, EPOLL_CTL_ADD, r->fd, &ev) == 0 &&
-			    ss_sock_state(s) == SS_SOCK_UPGRADED)
-				mirror += ep_mirror(r, true);
+			if (ss_real.epoll_ctl(r->epfd, EPOLL_CTL_ADD, r->fd, &ev) == 0) {
+				ep_count_kernel(e, 1);
+				if (ss_sock_state(s) == SS_SOCK_UPGRADED)
+					mirror += ep_mirror(r, true);
+			}
 		}
 		pthread_mutex_unlock(&s->fd_lock);
 		ep_mirror_apply(s, mirror, false);

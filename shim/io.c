@@ -119,6 +119,10 @@ int ss_io_queue_ioctl(int fd, unsigned long req, int *val, bool *handled)
 		ss_sock_put(s);
 		return 0;
 	}
+	if (!val) {
+		ss_sock_put(s);
+		return -EFAULT; /* as the kernel's put_user */
+	}
 	/* What the CQs hold first: the kernel's queues move on their own, ours when polled. */
 	io_poll_cqs();
 	if (req == FIONREAD) {
@@ -418,31 +422,39 @@ static ssize_t io_up_recv(struct ss_sock *s, int fd, const struct iovec *iov, in
  */
 static ssize_t io_up_recv_trunc(struct ss_sock *s, int fd, size_t want, int flags)
 {
-	size_t chunk = want < 65536 ? want : 65536, got = 0;
+	size_t chunk = want < 65536 ? want : 65536, got = 0, len;
 	uint8_t one, *scratch;
 	ssize_t r;
 
 	flags &= ~MSG_TRUNC;
-	if (flags & MSG_PEEK) {
+	if ((flags & MSG_PEEK) || want == 0) {
+		/* Counted, not taken (or nothing asked): one byte peeked waits as recv would. */
 		struct iovec v = {&one, 1};
+		size_t avail;
 
-		r = want ? io_up_recv(s, fd, &v, 1, flags) : 0;
-		if (r <= 0)
-			return r;
-		r = (ssize_t)ss_tp->conn_readable(s->conn);
-		return (size_t)r < want ? r : (ssize_t)want;
+		r = io_up_recv(s, fd, &v, 1, flags | MSG_PEEK);
+		if (r <= 0 || want == 0)
+			return r < 0 ? r : 0;
+		/* Never below what was seen: a reader elsewhere may have taken some since. */
+		avail = ss_tp->conn_readable(s->conn);
+		avail = avail > (size_t)r ? avail : (size_t)r;
+		return (ssize_t)(avail < want ? avail : want);
 	}
-	if (!(scratch = malloc(chunk ? chunk : 1)))
+	if (!(scratch = malloc(chunk)))
 		return -ENOMEM;
+	/* Chunk by chunk; a short one (no more data, a signal, a timeout) ends the call. */
 	do {
-		struct iovec v = {scratch, want - got < chunk ? want - got : chunk};
-
-		r = io_up_recv(s, fd, &v, 1,
+		len = want - got < chunk ? want - got : chunk;
+		r = io_up_recv(s, fd, &(struct iovec){scratch, len}, 1,
 			       got && !(flags & MSG_WAITALL) ? flags | MSG_DONTWAIT : flags);
 		if (r > 0)
 			got += (size_t)r;
-	} while (r > 0 && got < want);
+	} while (r == (ssize_t)len && got < want);
 	free(scratch);
+	/* Bytes taken are the result; a reset met after them is the next call's, as TCP's sk_err.
+	 */
+	if (got && r == -ECONNRESET)
+		atomic_store(&s->reset_taken, false);
 	return got ? (ssize_t)got : r;
 }
 

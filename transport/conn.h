@@ -352,7 +352,7 @@ struct ss_transport_ops {
 
 extern const struct ss_transport_ops ss_transport_ops;
 
-#define SS_TRANSPORT_OPS_VERSION 10
+#define SS_TRANSPORT_OPS_VERSION 11
 #define SS_TRANSPORT_OPS_SYMBOL  "ss_transport_ops"
 
 #endif

@@ -7,8 +7,9 @@
  * makes its own, as before. Taken QPs are destroyed as any other; the pool
  * itself lives as long as its device context (the process).
  *
- * Locking: the pool's lock is a leaf, never held across a verbs call.
- * ss_qpool_take may be called by any thread; the refill runs on the
+ * Locking: the pool's lock is never held across a verbs call; under it only the
+ * leaf tasks_lock is taken (to queue a refill). ss_qpool_take may be called by
+ * any thread; the refill runs on the
  * progress thread only (deferred work).
  */
 #ifndef SS_TRANSPORT_QPOOL_H
