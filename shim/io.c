@@ -451,10 +451,9 @@ static ssize_t io_up_recv_trunc(struct ss_sock *s, int fd, size_t want, int flag
 			got += (size_t)r;
 	} while (r == (ssize_t)len && got < want);
 	free(scratch);
-	/* Bytes taken are the result; a reset met after them is the next call's, as TCP's sk_err.
-	 */
-	if (got && r == -ECONNRESET)
-		atomic_store(&s->reset_taken, false);
+	/* Bytes taken are the result; an error met after them is the next call's. */
+	if (got && r < 0)
+		ss_io_error_back(fd, (int)-r);
 	return got ? (ssize_t)got : r;
 }
 

@@ -20,18 +20,11 @@ static int srq_setup(struct ss_conn *c, const struct ss_transport_cfg *cfg, stru
 	c->srq = atomic_load_explicit(&c->dc->srq, memory_order_acquire);
 	c->hold_max = cfg->srq_hold;
 	c->rcq = c->srq->rcq;
-	/* A ready QP if the device has one; else made here, as the pool would. */
+	/* A ready QP if the device has one; else made here, as the pool makes them. */
 	if (!ss_qpool_take(&c->dc->qpool, &caps, c, &c->qp, &c->scq)) {
-		ret = ss_cqs_reserve(c->cqs, false, cfg->sq_depth, &c->scq);
+		ret = ss_qpool_make(c->dc, &caps, c, &c->qp, &c->scq);
 		if (ret)
 			return ret;
-		ret = ss_qp_create_rc(c->dc->pd, c->scq->cq, c->rcq->cq, c->srq->srq, &caps, c,
-				      &c->qp);
-		if (ret)
-			goto err_unreserve;
-		ret = ss_qp_init(c->qp, c->dc->dev);
-		if (ret)
-			goto err_destroy_qp;
 	}
 	ret = ss_cqs_attach(c->cqs, c->qp, c);
 	if (ret)
@@ -43,7 +36,6 @@ static int srq_setup(struct ss_conn *c, const struct ss_transport_cfg *cfg, stru
 
 err_destroy_qp:
 	ibv_destroy_qp(c->qp);
-err_unreserve:
 	ss_cqs_unreserve(c->cqs, c->scq, cfg->sq_depth);
 	return ret;
 }

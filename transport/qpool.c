@@ -6,28 +6,26 @@
 #include <infiniband/verbs.h>
 
 #include "transport/cq.h"
-#include "transport/log.h"
 #include "transport/srq.h"
 #include "transport/worker.h"
 
-/* Makes one ready QP: a send CQ reservation, the QP on the SRQ, INIT. Returns 0 or -errno. */
-static int qpool_make(struct ss_qpool *p, struct ss_qpool_ent *e)
+int ss_qpool_make(struct ss_devctx *dc, const struct ss_qp_caps *caps, void *context,
+		  struct ibv_qp **qp_p, struct ss_cq **scq_p)
 {
-	struct ss_devctx *dc = p->dc;
 	struct ss_srq *srq = atomic_load_explicit(&dc->srq, memory_order_acquire);
 	int ret;
 
-	ret = ss_cqs_reserve(&dc->cqs, false, p->caps.sq_depth, &e->scq);
+	ret = ss_cqs_reserve(&dc->cqs, false, caps->sq_depth, scq_p);
 	if (ret)
 		return ret;
-	ret = ss_qp_create_rc(dc->pd, e->scq->cq, srq->rcq->cq, srq->srq, &p->caps, NULL, &e->qp);
+	ret = ss_qp_create_rc(dc->pd, (*scq_p)->cq, srq->rcq->cq, srq->srq, caps, context, qp_p);
 	if (ret == 0) {
-		ret = ss_qp_init(e->qp, dc->dev);
+		ret = ss_qp_init(*qp_p, dc->dev);
 		if (ret == 0)
 			return 0;
-		ibv_destroy_qp(e->qp);
+		ibv_destroy_qp(*qp_p);
 	}
-	ss_cqs_unreserve(&dc->cqs, e->scq, p->caps.sq_depth);
+	ss_cqs_unreserve(&dc->cqs, *scq_p, caps->sq_depth);
 	return ret;
 }
 
@@ -46,7 +44,7 @@ static void qpool_refill(struct ss_defer *d)
 	more = p->n < p->want && !atomic_load(&p->dc->port_down);
 	pthread_mutex_unlock(&p->lock);
 	/* On failure connections make their own meanwhile; the next take tries again. */
-	if (more && qpool_make(p, &e) != 0)
+	if (more && ss_qpool_make(p->dc, &p->caps, NULL, &e.qp, &e.scq) != 0)
 		more = false;
 	pthread_mutex_lock(&p->lock);
 	if (more)
@@ -84,22 +82,19 @@ void ss_qpool_start(struct ss_qpool *p, struct ss_worker *w, struct ss_devctx *d
 bool ss_qpool_take(struct ss_qpool *p, const struct ss_qp_caps *caps, void *context,
 		   struct ibv_qp **qp_p, struct ss_cq **scq_p)
 {
-	bool got = false;
+	bool got;
 
 	if (p->want == 0 || memcmp(caps, &p->caps, sizeof(*caps)) != 0)
 		return false;
 	pthread_mutex_lock(&p->lock);
-	if (p->n > 0) {
-		struct ss_qpool_ent *e = &p->ent[--p->n];
-
-		*qp_p = e->qp;
-		*scq_p = e->scq;
-		got = true;
-	}
-	if (got)
+	got = p->n > 0;
+	if (got) {
+		*qp_p = p->ent[--p->n].qp;
+		*scq_p = p->ent[p->n].scq;
 		p->taken++;
-	else
+	} else {
 		p->own++;
+	}
 	qpool_queue_locked(p);
 	pthread_mutex_unlock(&p->lock);
 	if (got)

@@ -56,6 +56,14 @@ void ss_qpool_start(struct ss_qpool *p, struct ss_worker *w, struct ss_devctx *d
 bool ss_qpool_take(struct ss_qpool *p, const struct ss_qp_caps *caps, void *context,
 		   struct ibv_qp **qp_p, struct ss_cq **scq_p);
 
+/*
+ * Makes an SRQ-mode QP of dc as the pool does (a send CQ reservation, the
+ * QP on the SRQ with context as its qp_context, INIT); also for a
+ * connection that found the pool empty. Returns 0 or -errno, nothing left.
+ */
+int ss_qpool_make(struct ss_devctx *dc, const struct ss_qp_caps *caps, void *context,
+		  struct ibv_qp **qp_p, struct ss_cq **scq_p);
+
 /* Adds the ready QPs now, the takes served and the takes that found none (statistics). */
 void ss_qpool_get_stats(struct ss_qpool *p, uint32_t *ready, uint64_t *taken, uint64_t *own);
 
