@@ -290,6 +290,48 @@ void ss_io_forget_if_plain(struct ss_sock *s)
 	pthread_mutex_unlock(&s->lock);
 }
 
+/*
+ * Waits, as the read would (SO_RCVTIMEO, SA_RESTART), unlocked, for the
+ * client's first bytes (or its end) on an accepted connection. Another
+ * thread's first I/O may decide meanwhile: it takes the HELLO off the TCP
+ * socket and puts our socketpair end on fd, and nothing more comes on the
+ * TCP socket, so a read or poll asleep on it would sleep for good (a
+ * blocked call keeps the file it began with). Rule: the wait is the
+ * kernel's poll in slices (doubling from 1 ms to IO_FIRST_SLICE_MAX_MS),
+ * the state looked at between them; the client's bytes end a slice at
+ * once. Returns 0 (look at the state again), -EAGAIN (timeout) or -EINTR.
+ */
+#define IO_FIRST_SLICE_MAX_MS 256
+static int io_wait_first_bytes(struct ss_sock *s, int fd, struct io_sig *sig)
+{
+	int timeo = io_timeout_ms(s, false), slice = 1;
+	uint64_t end = timeo < 0 ? UINT64_MAX : ss_now_ms() + (uint64_t)timeo;
+
+	while (ss_sock_state(s) == SS_SOCK_ACCEPTED) {
+		struct pollfd p = {.fd = fd, .events = POLLIN};
+		uint64_t now = ss_now_ms();
+		int wait = slice, r;
+
+		if (end != UINT64_MAX) {
+			if (now >= end)
+				return -EAGAIN;
+			if (end - now < (uint64_t)wait)
+				wait = (int)(end - now);
+		}
+		if (slice == 1)
+			ss_test_delay(SS_TP_FIRST_READ);
+		r = ss_real.poll(&p, 1, wait);
+		if (r > 0)
+			return 0;
+		if (r < 0 && errno != EINTR)
+			return -errno;
+		if (r < 0 && (timeo >= 0 || ss_sig_no_restart() != sig->no_restart))
+			return -EINTR; /* as the kernel's recv: a timeout is never restarted */
+		slice = slice < IO_FIRST_SLICE_MAX_MS ? 2 * slice : IO_FIRST_SLICE_MAX_MS;
+	}
+	return 0;
+}
+
 /* Decides an accepted connection at a read: waits as the read would. */
 static int io_decide_for_read(struct ss_sock *s, int fd, int flags)
 {
@@ -297,14 +339,11 @@ static int io_decide_for_read(struct ss_sock *s, int fd, int flags)
 	int ret;
 
 	if (wait) {
-		/*
-		 * The client's first bytes (or its end) are waited for as the
-		 * read would wait (SA_RESTART, SO_RCVTIMEO), and unlocked.
-		 */
-		char b;
+		struct io_sig sig = io_sig_now();
 
-		if (ss_real.recv(fd, &b, 1, MSG_PEEK) < 0)
-			return -errno;
+		ret = io_wait_first_bytes(s, fd, &sig);
+		if (ret)
+			return ret;
 	}
 	pthread_mutex_lock(&s->lock);
 	/* The rest of a partial HELLO has a second to come. */

@@ -103,6 +103,8 @@ static void refused_calls(int c, int file)
  * peer has it, SIOCATMARK is 0. The client waits for all 100 (FIONREAD),
  * discards 40 with MSG_TRUNC into a NULL buffer, counts the other 60 with
  * MSG_PEEK | MSG_TRUNC, reads them and checks them, then answers one byte.
+ * Zero-length reads around it: a blocking one first (it waits for the head,
+ * then gives 0), a non-blocking one once all is read (EAGAIN).
  */
 #define HEAD 100
 
@@ -132,8 +134,9 @@ static void surface_client(int c)
 {
 	char back[HEAD];
 	int avail = 0, mark = -1;
-	ssize_t r1, r2, r3;
+	ssize_t r0, r1, r2, r3, r4;
 
+	r0 = recv(c, back, 0, 0);
 	for (int i = 0; i < 5000 && avail < HEAD; i++) {
 		if (ioctl(c, FIONREAD, &avail))
 			prog_die("FIONREAD");
@@ -145,9 +148,10 @@ static void surface_client(int c)
 	r1 = recv(c, NULL, 40, MSG_TRUNC);
 	r2 = recv(c, NULL, 1000, MSG_TRUNC | MSG_PEEK);
 	r3 = recv(c, back, sizeof(back), 0);
-	printf("head: FIONREAD %d, SIOCATMARK %d, MSG_TRUNC 40: %zd, MSG_TRUNC|MSG_PEEK 1000: %zd, "
-	       "then read %zd",
-	       avail, mark, r1, r2, r3);
+	r4 = recv(c, back, 0, MSG_DONTWAIT);
+	printf("head: zero-length read %zd, FIONREAD %d, SIOCATMARK %d, MSG_TRUNC 40: %zd, "
+	       "MSG_TRUNC|MSG_PEEK 1000: %zd, then read %zd, zero-length read %zd %s",
+	       r0, avail, mark, r1, r2, r3, r4, r4 < 0 ? strerror(errno) : "");
 	for (ssize_t i = 0; i < r3; i++)
 		if (back[i] != (char)('a' + (40 + i) % 26)) {
 			printf(", byte %zd differs", i);

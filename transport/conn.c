@@ -737,6 +737,8 @@ ssize_t ss_conn_recv(struct ss_conn *c, const struct iovec *iov, int iovcnt, boo
 	}
 	if (copied)
 		ret = (ssize_t)copied;
+	else if (c->rx_avail)
+		ret = 0; /* nothing asked, bytes there: TCP's answer to a zero-length read */
 	else if (c->cr.eos_received)
 		/* The peer ended its stream: what failed later (its QP gone) is no reset. */
 		ret = 0;

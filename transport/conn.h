@@ -240,7 +240,8 @@ ssize_t ss_conn_send(struct ss_conn *c, const struct iovec *iov, int iovcnt, boo
 
 /*
  * Copies received bytes into the iovec. Returns the count, 0 at end of
- * stream, -EAGAIN when nothing is there, -ECONNRESET after a failure.
+ * stream (or for an empty iovec while bytes are there), -EAGAIN when
+ * nothing is there, -ECONNRESET after a failure.
  * peek: leave the bytes in place.
  */
 ssize_t ss_conn_recv(struct ss_conn *c, const struct iovec *iov, int iovcnt, bool peek);

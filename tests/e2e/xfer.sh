@@ -5,7 +5,8 @@
 # and bytes through a pipe with splice, and tries what TCP refuses; its
 # client reads with recvmmsg and splice. Before that, a 100-byte head: the
 # queue ioctls (FIONREAD, SIOCOUTQ, SIOCOUTQNSD, SIOCATMARK) and MSG_TRUNC
-# with and without MSG_PEEK into a NULL buffer. Over kernel TCP first, then under
+# with and without MSG_PEEK into a NULL buffer, zero-length reads (blocking and
+# not). Over kernel TCP first, then under
 # the shim in each mode (both ends): every call must return what it
 # returned over TCP, the client must receive exactly the stream the server
 # meant (SHA-256), and the bytes must have gone over RDMA.
