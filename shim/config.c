@@ -28,7 +28,7 @@ static int check_peers(const char *value, char *err, size_t errlen)
 static const char *const test_points[SS_TP__COUNT] = {
 	[SS_TP_CLIENT_HELLO] = "client-hello", [SS_TP_CLIENT_READY] = "client-ready",
 	[SS_TP_SERVER_ACK] = "server-ack",     [SS_TP_SERVER_ACCEPT] = "server-accept",
-	[SS_TP_FIRST_READ] = "first-read",
+	[SS_TP_FIRST_READ] = "first-read",     [SS_TP_SERVER_PAIR] = "server-pair",
 };
 
 int ss_test_delays_parse(const char *value, int ms[SS_TP__COUNT], char *err, size_t errlen)
@@ -50,7 +50,7 @@ int ss_test_delays_parse(const char *value, int ms[SS_TP__COUNT], char *err, siz
 			snprintf(err, errlen,
 				 "SRQSHIM_TEST_DELAYS: '%.*s' is not POINT=MS (points: "
 				 "client-hello, client-ready, server-ack, server-accept, "
-				 "first-read)",
+				 "first-read, server-pair)",
 				 (int)n, p);
 			return -EINVAL;
 		}
@@ -166,7 +166,7 @@ const struct ss_option ss_options[] = {
 		.defval = "",
 		.doc = "for tests only: sleep at points of the negotiation, as "
 		       "POINT=MS[,POINT=MS...] with points client-hello, client-ready, server-ack, "
-		       "server-accept, first-read; empty: never",
+		       "server-accept, first-read, server-pair; empty: never",
 		.offset = offsetof(struct ss_config, test_delays),
 		.type = SS_OPT_STRING,
 		.max = sizeof(((struct ss_config *)0)->test_delays) - 1,

@@ -42,13 +42,15 @@ enum ss_test_point {
 	SS_TP_CLIENT_READY,  /* client: before READY (or a DECLINE of an ACCEPT) */
 	SS_TP_SERVER_ACK,    /* server: before an ACK */
 	SS_TP_SERVER_ACCEPT, /* server: before ACCEPT */
-	SS_TP_FIRST_READ, /* server: a blocking read, between its look at the state and its wait */
+	SS_TP_FIRST_READ,    /* server: a blocking read, between its state check and its wait */
+	SS_TP_SERVER_PAIR,   /* server: the HELLO taken, before the socketpair goes on the fd */
 	SS_TP__COUNT,
 };
 
 /*
  * Parses "point=ms[,point=ms...]" (points: client-hello, client-ready,
- * server-ack, server-accept, first-read) into ms[]. Returns 0 or -EINVAL with a message.
+ * server-ack, server-accept, first-read, server-pair) into ms[]. Returns 0 or
+ * -EINVAL with a message.
  */
 int ss_test_delays_parse(const char *value, int ms[SS_TP__COUNT], char *err, size_t errlen);
 

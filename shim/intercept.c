@@ -188,6 +188,17 @@ EXPORT int connect(int fd, const struct sockaddr *addr, socklen_t len)
 
 /* ---- reads ---- */
 
+/* Whether iov asks for no byte at all (or is not a valid iovec). */
+static bool icpt_iov_empty(const struct iovec *iov, int n)
+{
+	if (n <= 0 || !iov)
+		return true;
+	for (int i = 0; i < n; i++)
+		if (iov[i].iov_len)
+			return false;
+	return true;
+}
+
 EXPORT ssize_t read(int fd, void *buf, size_t count)
 {
 	struct iovec iov = {buf, count};
@@ -199,6 +210,8 @@ EXPORT ssize_t read(int fd, void *buf, size_t count)
 		if (!ss_real.read)
 			return syscall(SYS_read, fd, buf, count);
 	}
+	if (count == 0) /* a socket's read of nothing is 0 at once (a recv of nothing waits) */
+		return ss_real.read(fd, buf, count);
 	r = ss_io_recv(fd, &iov, 1, 0, &handled);
 	return handled ? to_libc(r) : ss_real.read(fd, buf, count);
 }
@@ -216,6 +229,9 @@ EXPORT ssize_t readv(int fd, const struct iovec *iov, int n)
 	ssize_t r;
 
 	real_ready();
+	if (icpt_iov_empty(iov,
+			   n)) /* as read() of nothing; a bad iovec is the kernel's to refuse */
+		return ss_real.readv(fd, iov, n);
 	r = ss_io_recv(fd, iov, n, 0, &handled);
 	return handled ? to_libc(r) : ss_real.readv(fd, iov, n);
 }

@@ -299,24 +299,26 @@ void ss_io_forget_if_plain(struct ss_sock *s)
  * blocked call keeps the file it began with). Rule: the wait is the
  * kernel's poll in slices (doubling from 1 ms to IO_FIRST_SLICE_MAX_MS),
  * the state looked at between them; the client's bytes end a slice at
- * once. Returns 0 (look at the state again), -EAGAIN (timeout) or -EINTR.
+ * once. A signal handler run since the call began (seen by poll's EINTR
+ * or between slices) ends the wait as it ends the kernel's recv. Returns 0
+ * (look at the state again), -EAGAIN (timeout) or -EINTR.
  */
 #define IO_FIRST_SLICE_MAX_MS 256
 static int io_wait_first_bytes(struct ss_sock *s, int fd, struct io_sig *sig)
 {
 	int timeo = io_timeout_ms(s, false), slice = 1;
-	uint64_t end = timeo < 0 ? UINT64_MAX : ss_now_ms() + (uint64_t)timeo;
+	uint64_t end = timeo < 0 ? UINT64_MAX : ss_now_us() + (uint64_t)timeo * 1000;
 
 	while (ss_sock_state(s) == SS_SOCK_ACCEPTED) {
 		struct pollfd p = {.fd = fd, .events = POLLIN};
-		uint64_t now = ss_now_ms();
+		uint64_t now = ss_now_us();
 		int wait = slice, r;
 
 		if (end != UINT64_MAX) {
 			if (now >= end)
 				return -EAGAIN;
-			if (end - now < (uint64_t)wait)
-				wait = (int)(end - now);
+			if ((end - now + 999) / 1000 < (uint64_t)wait)
+				wait = (int)((end - now + 999) / 1000);
 		}
 		if (slice == 1)
 			ss_test_delay(SS_TP_FIRST_READ);
@@ -325,8 +327,13 @@ static int io_wait_first_bytes(struct ss_sock *s, int fd, struct io_sig *sig)
 			return 0;
 		if (r < 0 && errno != EINTR)
 			return -errno;
-		if (r < 0 && (timeo >= 0 || ss_sig_no_restart() != sig->no_restart))
-			return -EINTR; /* as the kernel's recv: a timeout is never restarted */
+		if (ss_sig_any() != sig->any) {
+			/* As the kernel's recv: SA_RESTART goes on, unless the socket has a
+			 * timeout. */
+			if (timeo >= 0 || ss_sig_no_restart() != sig->no_restart)
+				return -EINTR;
+			sig->any = ss_sig_any();
+		}
 		slice = slice < IO_FIRST_SLICE_MAX_MS ? 2 * slice : IO_FIRST_SLICE_MAX_MS;
 	}
 	return 0;

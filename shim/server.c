@@ -128,6 +128,7 @@ static void server_answer(struct ss_sock *s, int fd, const struct ss_msg *hello)
 	/* Our socketpair end goes on the application's fd before the client may send. */
 	if (s->tcp_fd >= 0)
 		ss_tp->worker_unwatch(ss_w, &s->watch);
+	ss_test_delay(SS_TP_SERVER_PAIR);
 	if (ss_enter_pair(s) != 0) {
 		server_plain(s, fd, hello, SS_REASON_RESOURCE);
 		return;

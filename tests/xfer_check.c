@@ -103,8 +103,9 @@ static void refused_calls(int c, int file)
  * peer has it, SIOCATMARK is 0. The client waits for all 100 (FIONREAD),
  * discards 40 with MSG_TRUNC into a NULL buffer, counts the other 60 with
  * MSG_PEEK | MSG_TRUNC, reads them and checks them, then answers one byte.
- * Zero-length reads around it: a blocking one first (it waits for the head,
- * then gives 0), a non-blocking one once all is read (EAGAIN).
+ * Zero-length reads around it: a blocking recv first (it waits for the
+ * head, then gives 0), once all is read a non-blocking recv (EAGAIN) and a
+ * blocking read (0 at once).
  */
 #define HEAD 100
 
@@ -134,9 +135,12 @@ static void surface_client(int c)
 {
 	char back[HEAD];
 	int avail = 0, mark = -1;
-	ssize_t r0, r1, r2, r3, r4;
+	ssize_t r0, r1, r2, r3, r4, r5;
+	int after0 = 0;
 
 	r0 = recv(c, back, 0, 0);
+	if (ioctl(c, FIONREAD, &after0)) /* it waited: bytes are there */
+		prog_die("FIONREAD");
 	for (int i = 0; i < 5000 && avail < HEAD; i++) {
 		if (ioctl(c, FIONREAD, &avail))
 			prog_die("FIONREAD");
@@ -149,9 +153,12 @@ static void surface_client(int c)
 	r2 = recv(c, NULL, 1000, MSG_TRUNC | MSG_PEEK);
 	r3 = recv(c, back, sizeof(back), 0);
 	r4 = recv(c, back, 0, MSG_DONTWAIT);
-	printf("head: zero-length read %zd, FIONREAD %d, SIOCATMARK %d, MSG_TRUNC 40: %zd, "
-	       "MSG_TRUNC|MSG_PEEK 1000: %zd, then read %zd, zero-length read %zd %s",
-	       r0, avail, mark, r1, r2, r3, r4, r4 < 0 ? strerror(errno) : "");
+	r5 = read(c, back, 0); /* unlike recv, a socket's read of nothing never waits */
+	printf("head: zero-length recv %zd (then bytes there: %s), FIONREAD %d, SIOCATMARK %d, "
+	       "MSG_TRUNC 40: %zd, MSG_TRUNC|MSG_PEEK 1000: %zd, then read %zd, zero-length recv "
+	       "%zd %s, zero-length read %zd",
+	       r0, after0 > 0 ? "yes" : "no", avail, mark, r1, r2, r3, r4,
+	       r4 < 0 ? strerror(errno) : "", r5);
 	for (ssize_t i = 0; i < r3; i++)
 		if (back[i] != (char)('a' + (40 + i) % 26)) {
 			printf(", byte %zd differs", i);

@@ -34,7 +34,8 @@ void ss_conn_fail(struct ss_conn *c, const char *why)
 	if (c->st == ST_FAILED || c->st == ST_DEAD)
 		return;
 	ss_log_info("QP %u: connection failed: %s", c->qp->qp_num, why);
-	if (c->st != ST_CREATED) /* a QP still in RESET has nothing to flush */
+	/* Not yet connected (INIT): no send to flush; its receives go with the QP. */
+	if (c->st != ST_CREATED)
 		ss_qp_to_error(c->qp);
 	c->st = ST_FAILED;
 	pthread_cond_broadcast(&c->drained);
@@ -62,38 +63,63 @@ static void conn_arm_retry(struct ss_conn *c)
 	conn_arm_timer(c, c->retry_at);
 }
 
-static int conn_post_send(struct ss_conn *c, enum ss_msg_kind kind, uint32_t seq, bool want_more)
+/* Most data messages posted in one call. */
+#define CONN_CHAIN 16
+
+/*
+ * Fills wr (and its sge) with message seq of kind, taking its send slot and
+ * credit and putting the grants due in its immediate; conn_post posts it.
+ */
+static void conn_fill_wr(struct ss_conn *c, enum ss_msg_kind kind, uint32_t seq, bool want_more,
+			 struct ibv_send_wr *wr, struct ibv_sge *sge)
 {
 	uint32_t len = kind == SS_KIND_DATA ? c->tx_len[seq % c->n_tx] : 0;
-	struct ibv_sge sge = {0};
-	struct ibv_send_wr *bad;
-	struct ibv_send_wr wr = {
+
+	*wr = (struct ibv_send_wr){
 		.wr_id = ((uint64_t)kind << WR_KIND_SHIFT) | seq,
-		.sg_list = &sge,
+		.sg_list = sge,
 		.num_sge = len ? 1 : 0,
 		.opcode = IBV_WR_SEND_WITH_IMM,
 		.send_flags =
 			IBV_SEND_SIGNALED | (len && len <= c->max_inline ? IBV_SEND_INLINE : 0),
 	};
+	*sge = (struct ibv_sge){0};
+	if (len)
+		*sge = (struct ibv_sge){.addr = (uintptr_t)conn_tx_buf(c, seq),
+					.length = len,
+					.lkey = c->tx_blk[seq % c->n_tx]->lkey};
+	wr->imm_data = htonl(ss_credit_on_post(&c->cr, kind, want_more));
+	if (kind == SS_KIND_DATA) {
+		c->pub->tx_msgs++;
+		c->pub->tx_bytes += len;
+	}
+}
+
+/* Posts n filled work requests in one call (one system call on rxe). Returns 0 or -errno. */
+static int conn_post(struct ss_conn *c, struct ibv_send_wr *wr, int n)
+{
+	struct ibv_send_wr *bad;
 	int ret;
 
-	if (len)
-		sge = (struct ibv_sge){.addr = (uintptr_t)conn_tx_buf(c, seq),
-				       .length = len,
-				       .lkey = c->tx_blk[seq % c->n_tx]->lkey};
-	wr.imm_data = htonl(ss_credit_on_post(&c->cr, kind, want_more));
-	ret = ibv_post_send(c->qp, &wr, &bad);
+	for (int i = 0; i + 1 < n; i++)
+		wr[i].next = &wr[i + 1];
+	ret = ibv_post_send(c->qp, wr, &bad);
 	if (ret) {
 		/* Never expected: slots and credits were checked. */
 		ss_log_error("QP %u: ibv_post_send: %s", c->qp->qp_num, strerror(ret));
 		ss_conn_fail(c, "post_send failed");
 		return -ret;
 	}
-	if (kind == SS_KIND_DATA) {
-		c->pub->tx_msgs++;
-		c->pub->tx_bytes += len;
-	}
 	return 0;
+}
+
+static int conn_post_send(struct ss_conn *c, enum ss_msg_kind kind, uint32_t seq, bool want_more)
+{
+	struct ibv_send_wr wr;
+	struct ibv_sge sge;
+
+	conn_fill_wr(c, kind, seq, want_more, &wr, &sge);
+	return conn_post(c, &wr, 1);
 }
 
 /* Sends a grant only against what the backend can back; owed credits beyond wait for a retry. */
@@ -117,14 +143,26 @@ void ss_conn_flush(struct ss_conn *c)
 	conn_limit_grants(c);
 	if (conn_ctrl_now(c) && conn_post_send(c, SS_KIND_CTRL, 0, ss_conn_tx_pending(c)) < 0)
 		return;
+	/* Data messages go out in chains: one post (a system call on rxe) for up to CONN_CHAIN. */
 	while (ss_conn_tx_pending(c) && ss_credit_can_send_data(&c->cr)) {
-		bool last = c->tx_posted + 1 == c->tx_open;
+		struct ibv_send_wr wr[CONN_CHAIN];
+		struct ibv_sge sge[CONN_CHAIN];
+		int n = 0;
 
-		if (last && c->hold_until && c->tx_len[c->tx_posted % c->n_tx] < c->tx_slot_size)
+		while (n < CONN_CHAIN && ss_conn_tx_pending(c) && ss_credit_can_send_data(&c->cr)) {
+			bool last = c->tx_posted + 1 == c->tx_open;
+
+			if (last && c->hold_until &&
+			    c->tx_len[c->tx_posted % c->n_tx] < c->tx_slot_size)
+				break;
+			conn_fill_wr(c, SS_KIND_DATA, c->tx_posted, !last, &wr[n], &sge[n]);
+			n++;
+			c->tx_posted++;
+		}
+		if (n == 0)
 			break;
-		if (conn_post_send(c, SS_KIND_DATA, c->tx_posted, !last) < 0)
+		if (conn_post(c, wr, n) < 0)
 			return;
-		c->tx_posted++;
 	}
 	/* Out of credits with data waiting: the request may be due now. */
 	if (conn_ctrl_now(c) && conn_post_send(c, SS_KIND_CTRL, 0, ss_conn_tx_pending(c)) < 0)

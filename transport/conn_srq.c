@@ -9,12 +9,13 @@
 #include <stdatomic.h>
 
 #include "transport/qp.h"
+#include "transport/qpool.h"
 #include "transport/srq.h"
 #include "transport/worker.h"
 
 static int srq_setup(struct ss_conn *c, const struct ss_transport_cfg *cfg, struct ss_params *mine)
 {
-	struct ss_qp_caps caps = {cfg->sq_depth, 0, cfg->max_inline};
+	struct ss_qp_caps caps = ss_qpool_caps(cfg);
 	int ret;
 
 	c->srq = atomic_load_explicit(&c->dc->srq, memory_order_acquire);

@@ -24,6 +24,12 @@
 
 #define SS_QPOOL_MAX 16
 
+/* The capabilities of an SRQ-mode QP under cfg: the pool's, and a connection's that asks it. */
+static inline struct ss_qp_caps ss_qpool_caps(const struct ss_transport_cfg *cfg)
+{
+	return (struct ss_qp_caps){cfg->sq_depth, 0, cfg->max_inline};
+}
+
 struct ibv_qp;
 struct ss_cq;
 struct ss_devctx;

@@ -20,6 +20,7 @@
 
 #include "handshake/gid.h"
 #include "transport/log.h"
+#include "transport/qpool.h"
 #include "transport/srq.h"
 #include "transport/sys.h"
 
@@ -214,7 +215,7 @@ int ss_worker_devctx_pools(struct ss_worker *w, struct ss_devctx *dc,
 		};
 		ret = ss_srq_create(dc, &sc, &srq);
 		if (ret == 0) { /* published whole: the progress thread reads it without the lock */
-			struct ss_qp_caps caps = {cfg->sq_depth, 0, cfg->max_inline};
+			struct ss_qp_caps caps = ss_qpool_caps(cfg);
 
 			atomic_store_explicit(&dc->srq, srq, memory_order_release);
 			if (cfg->qp_pool > 0)

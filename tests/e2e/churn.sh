@@ -22,13 +22,7 @@ port=9950
 
 res() { rdma res show "$1" 2>/dev/null | wc -l; }
 # Process $1's ready-QP pool, as srqshim-ctl shows it: ready taken own.
-qp_pool() {
-	"$BUILD/tools/srqshim-ctl" status --pid "$1" --json | python3 -c '
-import json, sys
-(p,) = json.load(sys.stdin)["processes"]
-q = p["qp_pool"]
-print(q["ready"], q["taken"], q["own"])'
-}
+qp_pool() { status_of "$1" '"%d %d %d" % (p["qp_pool"]["ready"], p["qp_pool"]["taken"], p["qp_pool"]["own"])'; }
 proc_line() { # PID: fds threads rss_kib
 	echo "$(ls /proc/$1/fd | wc -l) $(ls /proc/$1/task | wc -l) $(awk '/^VmRSS/ {print $2}' /proc/$1/status)"
 }

@@ -53,14 +53,23 @@ SHIMMED=(env LD_PRELOAD="$PRELOAD" SRQSHIM_MODE="$CLIENT_MODE")
 shimmed() { "${SHIMMED[@]}" "$@"; }
 echo "modes: server $SERVER_MODE, client $CLIENT_MODE"
 
+# Prints the Python expression $2 evaluated over process $1 as
+# `srqshim-ctl status --pid $1 --json` shows it now (p: its process object;
+# further arguments in sys.argv[2:]); fails when the process is not shown.
+status_of() {
+	local pid=$1 expr=$2
+	shift 2
+	"$BUILD/tools/srqshim-ctl" status --pid "$pid" --json | python3 -c '
+import json, sys
+(p,) = json.load(sys.stdin)["processes"]
+print(eval(sys.argv[1]))' "$expr" "$@"
+}
+
 # How many connections of process $1 srqshim-ctl shows upgraded, with a
 # peer in receive mode $2, now (from the status file, not from a log).
 upgraded_now() {
-	"$BUILD/tools/srqshim-ctl" status --pid "$1" --json 2> /dev/null | python3 -c '
-import json, sys
-doc = json.load(sys.stdin)
-print(sum(1 for p in doc["processes"] for c in p["connections"]
-          if c["state"] == "upgraded" and c["peer_mode"] == sys.argv[1]))' "$2" 2> /dev/null || echo 0
+	status_of "$1" "sum(1 for c in p['connections'] if c['state'] == 'upgraded' and c['peer_mode'] == sys.argv[2])" \
+		"$2" 2> /dev/null || echo 0
 }
 
 # True while process $1 runs (a zombie child has ended).

@@ -8,17 +8,25 @@ need_rdma
 
 # A receive window of 4 buffers (private RQ) or a send window of 4 (SRQ): credits run dry constantly. The blocking
 # style uses 8 KiB buffers, the others 1 KiB buffers (bulk.sh moves 1 GiB each way).
-# block-late: the blocking style again, the server's reader made to look at the
-# state, then sleep 300 ms before it waits for the client's first bytes, while
-# its writer thread decides the connection meanwhile (io_wait_first_bytes: a wait
-# on the TCP socket would never end, as nothing more comes there).
+# block-late and block-swap: the blocking style again, with the server's
+# writer thread deciding the connection while its reader waits for the
+# client's first bytes (io_wait_first_bytes, docs/design.md): block-late makes
+# the reader look at the state, then sleep 300 ms, so that its wait begins on
+# the socketpair end put on the fd meanwhile; block-swap makes it sleep 100 ms
+# while the writer, the HELLO taken, sleeps 300 ms before it puts the socketpair
+# on the fd, so that the reader's wait begins on the TCP socket and the fd
+# changes under it.
 export SRQSHIM_RQ_DEPTH=4 SRQSHIM_SRQ_WINDOW=4 SRQSHIM_SQ_DEPTH=8
 port=9200
-for style in block block-late epoll-lt epoll-et poll select nbconnect; do
+# SRQSHIM_STREAM_STYLES: a subset to run (all by default).
+for style in ${SRQSHIM_STREAM_STYLES:-block block-late block-swap epoll-lt epoll-et poll select nbconnect}; do
 	bytes=$((32 << 20)) SRQSHIM_BUF_SIZE=1024 delays= tmo=600 name=$style
 	case $style in
 	block) SRQSHIM_BUF_SIZE=8192 ;;
 	block-late) SRQSHIM_BUF_SIZE=8192 bytes=$((1 << 20)) delays=first-read=300 style=block tmo=60 ;;
+	block-swap)
+		SRQSHIM_BUF_SIZE=8192 bytes=$((1 << 20)) delays=first-read=100,server-pair=300 style=block tmo=60
+		;;
 	esac
 	export SRQSHIM_BUF_SIZE
 	[ -n "${SRQSHIM_TEST_BYTES:-}" ] && [ -z "$delays" ] && bytes=$SRQSHIM_TEST_BYTES
