@@ -370,11 +370,16 @@ static int ep_harvest_locked(struct ss_ep *e, struct epoll_event *evs, int max)
 
 /* ---- registrations ---- */
 
-/* The registration of (epfd, fd) in s's list; fd_lock held. */
-static struct ss_epreg *ep_find(struct ss_sock *s, int epfd, int fd)
+/*
+ * The registration of fd in the instance epfd names (e, ours, or NULL:
+ * one we did not make) in s's list; fd_lock held. Ours are matched by
+ * instance, so that a dup of the epoll fd finds what its first number
+ * registered; the others by number.
+ */
+static struct ss_epreg *ep_find(struct ss_sock *s, struct ss_ep *e, int epfd, int fd)
 {
 	for (struct ss_epreg *r = s->epregs; r; r = r->s_next)
-		if (r->epfd == epfd && r->fd == fd)
+		if (r->fd == fd && (e ? r->ep == e : !r->ep && r->epfd == epfd))
 			return r;
 	return NULL;
 }
@@ -533,7 +538,7 @@ int ss_epoll_ctl(int epfd, int op, int fd, struct ss_sock *s, struct epoll_event
 	}
 	pthread_mutex_lock(&s->fd_lock);
 	mirror += ep_sweep_stale(s);
-	r = ep_find(s, epfd, fd);
+	r = ep_find(s, e, epfd, fd);
 	switch (op) {
 	case EPOLL_CTL_ADD:
 		if (r) {

@@ -543,6 +543,30 @@ static void sc_close_dup(void)
 	close(ep);
 }
 
+/* A dup of the epoll fd names the same instance: its registrations, MOD, EEXIST, DEL. */
+static void sc_dup_epoll(void)
+{
+	int ep = epoll_create1(0), ep2;
+
+	pair_open();
+	ectl(ep, EPOLL_CTL_ADD, pair_s, EPOLLIN);
+	ep2 = dup(ep);
+	put(pair_c, 10);
+	ewait(ep2, 8, LONG_MS);
+	ectl(ep2, EPOLL_CTL_MOD, pair_s, EPOLLIN | EPOLLET); /* found through the dup */
+	ewait(ep, 8, LONG_MS);                               /* MOD looked again: one edge */
+	ewait(ep, 8, SHORT_MS);
+	ectl(ep2, EPOLL_CTL_ADD, pair_s, EPOLLIN); /* EEXIST */
+	take_all("S", pair_s, 10);
+	ectl(ep2, EPOLL_CTL_DEL, pair_s, 0);
+	put(pair_c, 10);
+	ewait(ep, 8, SHORT_MS); /* no longer registered */
+	take_all("S", pair_s, 10);
+	close(ep2);
+	close(ep);
+	pair_close();
+}
+
 static void sc_timeout(void)
 {
 	int ep = epoll_create1(0);
@@ -791,6 +815,7 @@ static const struct {
 	{"rotation", sc_rotation},
 	{"two-instances", sc_two_instances},
 	{"close-dup", sc_close_dup},
+	{"dup-epoll", sc_dup_epoll},
 	{"timeout", sc_timeout},
 	{"signals", sc_signals},
 	{"poll", sc_poll},

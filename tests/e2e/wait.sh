@@ -2,8 +2,9 @@
 # The differential test of readiness (docs/design.md, "Readiness"):
 # wait_check's scenarios (epoll level and edge triggered, one-shot, MOD,
 # shutdown and reset, maxevents below the ready count, two instances,
-# close and dup while registered, timeouts, signals, poll, select, a
-# sleeping thread, a poller cancelled asleep, fork) run over kernel TCP,
+# close and dup while registered, a dup of the epoll fd, timeouts,
+# signals, poll, select, a sleeping thread, a poller cancelled asleep,
+# fork) run over kernel TCP,
 # then under the shim in each mode; every wait call must return what it
 # returned over TCP.
 . "$(dirname "$0")/lib.sh"
