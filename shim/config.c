@@ -25,11 +25,16 @@ static int check_peers(const char *value, char *err, size_t errlen)
 	return -EINVAL;
 }
 
+/* clang-format off */
 static const char *const test_points[SS_TP__COUNT] = {
-	[SS_TP_CLIENT_HELLO] = "client-hello", [SS_TP_CLIENT_READY] = "client-ready",
-	[SS_TP_SERVER_ACK] = "server-ack",     [SS_TP_SERVER_ACCEPT] = "server-accept",
-	[SS_TP_FIRST_READ] = "first-read",     [SS_TP_SERVER_PAIR] = "server-pair",
+	[SS_TP_CLIENT_HELLO] = "client-hello",
+	[SS_TP_CLIENT_READY] = "client-ready",
+	[SS_TP_SERVER_ACK] = "server-ack",
+	[SS_TP_SERVER_ACCEPT] = "server-accept",
+	[SS_TP_FIRST_READ] = "first-read",
+	[SS_TP_SERVER_PAIR] = "server-pair",
 };
+/* clang-format on */
 
 int ss_test_delays_parse(const char *value, int ms[SS_TP__COUNT], char *err, size_t errlen)
 {

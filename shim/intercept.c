@@ -229,8 +229,8 @@ EXPORT ssize_t readv(int fd, const struct iovec *iov, int n)
 	ssize_t r;
 
 	real_ready();
-	if (icpt_iov_empty(iov,
-			   n)) /* as read() of nothing; a bad iovec is the kernel's to refuse */
+	/* As read() of nothing; a bad iovec is the kernel's to refuse. */
+	if (icpt_iov_empty(iov, n))
 		return ss_real.readv(fd, iov, n);
 	r = ss_io_recv(fd, iov, n, 0, &handled);
 	return handled ? to_libc(r) : ss_real.readv(fd, iov, n);

@@ -311,14 +311,16 @@ static int io_wait_first_bytes(struct ss_sock *s, int fd, struct io_sig *sig)
 
 	while (ss_sock_state(s) == SS_SOCK_ACCEPTED) {
 		struct pollfd p = {.fd = fd, .events = POLLIN};
-		uint64_t now = ss_now_us();
 		int wait = slice, r;
 
 		if (end != UINT64_MAX) {
-			if (now >= end)
+			uint64_t now = ss_now_us(),
+				 left_ms = now >= end ? 0 : (end - now + 999) / 1000;
+
+			if (left_ms == 0)
 				return -EAGAIN;
-			if ((end - now + 999) / 1000 < (uint64_t)wait)
-				wait = (int)((end - now + 999) / 1000);
+			if (left_ms < (uint64_t)wait)
+				wait = (int)left_ms;
 		}
 		if (slice == 1)
 			ss_test_delay(SS_TP_FIRST_READ);
@@ -328,8 +330,7 @@ static int io_wait_first_bytes(struct ss_sock *s, int fd, struct io_sig *sig)
 		if (r < 0 && errno != EINTR)
 			return -errno;
 		if (ss_sig_any() != sig->any) {
-			/* As the kernel's recv: SA_RESTART goes on, unless the socket has a
-			 * timeout. */
+			/* As the kernel's recv: SA_RESTART goes on, unless there is a timeout. */
 			if (timeo >= 0 || ss_sig_no_restart() != sig->no_restart)
 				return -EINTR;
 			sig->any = ss_sig_any();

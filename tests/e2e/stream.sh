@@ -22,12 +22,11 @@ port=9200
 for style in ${SRQSHIM_STREAM_STYLES:-block block-late block-swap epoll-lt epoll-et poll select nbconnect}; do
 	bytes=$((32 << 20)) SRQSHIM_BUF_SIZE=1024 delays= tmo=600 name=$style
 	case $style in
-	block) SRQSHIM_BUF_SIZE=8192 ;;
-	block-late) SRQSHIM_BUF_SIZE=8192 bytes=$((1 << 20)) delays=first-read=300 style=block tmo=60 ;;
-	block-swap)
-		SRQSHIM_BUF_SIZE=8192 bytes=$((1 << 20)) delays=first-read=100,server-pair=300 style=block tmo=60
-		;;
+	block-late) delays=first-read=300 ;;
+	block-swap) delays=first-read=100,server-pair=300 ;;
 	esac
+	[ -n "$delays" ] && style=block bytes=$((1 << 20)) tmo=60
+	[ "$style" = block ] && SRQSHIM_BUF_SIZE=8192
 	export SRQSHIM_BUF_SIZE
 	[ -n "${SRQSHIM_TEST_BYTES:-}" ] && [ -z "$delays" ] && bytes=$SRQSHIM_TEST_BYTES
 	port=$((port + 1))
