@@ -44,6 +44,7 @@ enum ss_test_point {
 	SS_TP_SERVER_ACCEPT, /* server: before ACCEPT */
 	SS_TP_FIRST_READ,    /* server: a blocking read, between its state check and its wait */
 	SS_TP_SERVER_PAIR,   /* server: the HELLO taken, before the socketpair goes on the fd */
+	SS_TP_LOAD,          /* before the transport module is loaded */
 	SS_TP__COUNT,
 };
 

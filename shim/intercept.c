@@ -90,9 +90,20 @@ EXPORT int listen(int fd, int backlog)
 	int ret;
 
 	real_ready();
+	s = ss_sock_get(fd);
+	/*
+	 * A server loads the transport before it listens, not at its first
+	 * accept: an accepted client's HELLO is acknowledged by the progress
+	 * thread, and a module and a thread made then could outlast the
+	 * client's wait. Loading first makes a server slower to start, never
+	 * slower to answer.
+	 */
+	if (s)
+		ss_tp_load();
 	ret = ss_real.listen(fd, backlog);
-	if (ret == 0 && (s = ss_sock_get(fd))) {
-		ss_sock_set_state(s, SS_SOCK_LISTEN);
+	if (s) {
+		if (ret == 0)
+			ss_sock_set_state(s, SS_SOCK_LISTEN);
 		ss_sock_put(s);
 	}
 	return ret;

@@ -37,6 +37,7 @@ enum ss_reason ss_tp_load(void)
 		goto out;
 	}
 	if (!ss_tp) {
+		ss_test_delay(SS_TP_LOAD);
 		/* The module lives beside libsrqshim.so. */
 		if (!dladdr((void *)ss_tp_load, &info) || !info.dli_fname) {
 			r = tp_failure = SS_REASON_NO_RDMA_CORE;

@@ -74,6 +74,10 @@ scenario "prompt server, non-blocking client" upgraded upgraded server - "0" - "
 # The server's first I/O after the client's HELLO timeout: it was acknowledged
 # (at accept or by the progress thread), so the client waits and upgrades.
 scenario "first I/O after the HELLO timeout" upgraded upgraded server - "500" - ""
+# The server's transport is slow to load (SRQSHIM_TEST_DELAYS=load): it is
+# loaded before listen(), so the accepted client's HELLO is still
+# acknowledged in time (loaded at accept, the ACK came after the timeout).
+scenario "transport slow to load at the server" upgraded upgraded server "SRQSHIM_TEST_DELAYS=load=600" "0" - ""
 # After the acknowledged wait too: the client says DECLINE and goes on over
 # TCP on the same connection; the server finds HELLO and DECLINE together.
 scenario "first I/O after the acknowledged wait" tcp:timeout tcp:timeout server - "2000" - ""
