@@ -199,17 +199,6 @@ EXPORT int connect(int fd, const struct sockaddr *addr, socklen_t len)
 
 /* ---- reads ---- */
 
-/* Whether iov asks for no byte at all (or is not a valid iovec). */
-static bool icpt_iov_empty(const struct iovec *iov, int n)
-{
-	if (n <= 0 || !iov)
-		return true;
-	for (int i = 0; i < n; i++)
-		if (iov[i].iov_len)
-			return false;
-	return true;
-}
-
 EXPORT ssize_t read(int fd, void *buf, size_t count)
 {
 	struct iovec iov = {buf, count};
@@ -241,7 +230,7 @@ EXPORT ssize_t readv(int fd, const struct iovec *iov, int n)
 
 	real_ready();
 	/* As read() of nothing; a bad iovec is the kernel's to refuse. */
-	if (icpt_iov_empty(iov, n))
+	if (n <= 0 || !iov || ss_iov_total(iov, n) == 0)
 		return ss_real.readv(fd, iov, n);
 	r = ss_io_recv(fd, iov, n, 0, &handled);
 	return handled ? to_libc(r) : ss_real.readv(fd, iov, n);

@@ -22,7 +22,7 @@
 #include "shim/shim.h"
 #include "transport/log.h"
 
-static size_t io_iov_total(const struct iovec *iov, int n)
+size_t ss_iov_total(const struct iovec *iov, int n)
 {
 	size_t t = 0;
 
@@ -194,13 +194,24 @@ static struct io_sig io_sig_now(void)
 }
 
 /*
+ * A handler ran during a wait: as Linux's socket calls (signal(7)), one
+ * without SA_RESTART ends it with EINTR; after SA_RESTART ones it goes on,
+ * unless the socket has a timeout (timeo_ms >= 0), which the kernel never
+ * restarts. Returns whether the wait ends.
+ */
+static bool io_sig_ends_wait(struct io_sig *sig, int timeo_ms)
+{
+	if (timeo_ms >= 0 || ss_sig_no_restart() != sig->no_restart)
+		return true;
+	sig->any = ss_sig_any(); /* only SA_RESTART handlers ran: the call goes on */
+	return false;
+}
+
+/*
  * Waits as a blocking read (out: write) of an upgraded connection would,
  * in the wait engine that poll uses: the CQs polled by this thread, then
  * asleep on the completion channels; no hop through the progress thread.
- * Signals as Linux's socket calls take them (signal(7)): a handler without
- * SA_RESTART ends the wait with EINTR; after one with SA_RESTART the wait
- * goes on, unless the socket has a timeout (SO_RCVTIMEO, SO_SNDTIMEO),
- * which the kernel never restarts. Returns 0 (something changed: the
+ * Signals as Linux's socket calls take them (io_sig_ends_wait). Returns 0 (something changed: the
  * caller tries again), -EAGAIN (timeout) or -EINTR.
  */
 static int io_wait_upgraded(struct ss_sock *s, int fd, bool out, struct io_sig *sig)
@@ -218,9 +229,8 @@ static int io_wait_upgraded(struct ss_sock *s, int fd, bool out, struct io_sig *
 			return -EAGAIN;
 		if (r != -EINTR)
 			return 0;
-		if (timeo >= 0 || ss_sig_no_restart() != sig->no_restart)
+		if (io_sig_ends_wait(sig, timeo))
 			return -EINTR;
-		sig->any = ss_sig_any(); /* only SA_RESTART handlers ran: the call goes on */
 	}
 }
 
@@ -329,12 +339,8 @@ static int io_wait_first_bytes(struct ss_sock *s, int fd, struct io_sig *sig)
 			return 0;
 		if (r < 0 && errno != EINTR)
 			return -errno;
-		if (ss_sig_any() != sig->any) {
-			/* As the kernel's recv: SA_RESTART goes on, unless there is a timeout. */
-			if (timeo >= 0 || ss_sig_no_restart() != sig->no_restart)
-				return -EINTR;
-			sig->any = ss_sig_any();
-		}
+		if (ss_sig_any() != sig->any && io_sig_ends_wait(sig, timeo))
+			return -EINTR;
 		slice = slice < IO_FIRST_SLICE_MAX_MS ? 2 * slice : IO_FIRST_SLICE_MAX_MS;
 	}
 	return 0;
@@ -515,11 +521,11 @@ static ssize_t io_up_recv(struct ss_sock *s, int fd, const struct iovec *iov, in
 	if (ss_sock_state(s) == SS_SOCK_FOREIGN)
 		return -EBADF;
 	if (flags & MSG_TRUNC)
-		return io_up_recv_trunc(s, fd, io_iov_total(iov, n), flags);
+		return io_up_recv_trunc(s, fd, ss_iov_total(iov, n), flags);
 	r = io_vec_copy(&local, iov, n);
 	if (r)
 		return r;
-	want = io_iov_total(local.v, local.n);
+	want = ss_iov_total(local.v, local.n);
 	for (;;) {
 		r = io_up_result(s, ss_tp->conn_recv(s->conn, local.v, local.n, peek));
 		if (r > 0) {
@@ -744,7 +750,7 @@ ssize_t ss_io_send(int fd, const struct iovec *iov, int n, int flags, bool *hand
 		ss_sock_put(s);
 		return r;
 	}
-	want = io_iov_total(local.v, local.n);
+	want = ss_iov_total(local.v, local.n);
 	ss_in_call++;
 	while (sent < want || (want == 0 && r == 0)) {
 		switch ((st = ss_sock_state(s))) {

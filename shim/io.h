@@ -14,6 +14,9 @@ bool ss_is_tcp(int domain, int type, int proto);
 /* The entry for fd on the I/O path (a reference taken), classifying a never-seen fd. */
 struct ss_sock *ss_io_get(int fd);
 
+/* The bytes an iovec of n entries asks for. */
+size_t ss_iov_total(const struct iovec *iov, int n);
+
 /*
  * A read-like call on fd. *handled false: fd is not (or no longer) ours and
  * the caller makes the real call; else the result, or -errno.

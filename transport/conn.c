@@ -144,26 +144,25 @@ void ss_conn_flush(struct ss_conn *c)
 	if (conn_ctrl_now(c) && conn_post_send(c, SS_KIND_CTRL, 0, ss_conn_tx_pending(c)) < 0)
 		return;
 	/* Data messages go out in chains: one post (a system call on rxe) for up to CONN_CHAIN. */
+	struct ibv_send_wr wr[CONN_CHAIN];
+	struct ibv_sge sge[CONN_CHAIN];
+	int n = 0;
+
 	while (ss_conn_tx_pending(c) && ss_credit_can_send_data(&c->cr)) {
-		struct ibv_send_wr wr[CONN_CHAIN];
-		struct ibv_sge sge[CONN_CHAIN];
-		int n = 0;
+		bool last = c->tx_posted + 1 == c->tx_open;
 
-		while (n < CONN_CHAIN && ss_conn_tx_pending(c) && ss_credit_can_send_data(&c->cr)) {
-			bool last = c->tx_posted + 1 == c->tx_open;
-
-			if (last && c->hold_until &&
-			    c->tx_len[c->tx_posted % c->n_tx] < c->tx_slot_size)
-				break;
-			conn_fill_wr(c, SS_KIND_DATA, c->tx_posted, !last, &wr[n], &sge[n]);
-			n++;
-			c->tx_posted++;
-		}
-		if (n == 0)
+		if (last && c->hold_until && c->tx_len[c->tx_posted % c->n_tx] < c->tx_slot_size)
 			break;
-		if (conn_post(c, wr, n) < 0)
-			return;
+		conn_fill_wr(c, SS_KIND_DATA, c->tx_posted, !last, &wr[n], &sge[n]);
+		c->tx_posted++;
+		if (++n == CONN_CHAIN) {
+			if (conn_post(c, wr, n) < 0)
+				return;
+			n = 0;
+		}
 	}
+	if (n && conn_post(c, wr, n) < 0)
+		return;
 	/* Out of credits with data waiting: the request may be due now. */
 	if (conn_ctrl_now(c) && conn_post_send(c, SS_KIND_CTRL, 0, ss_conn_tx_pending(c)) < 0)
 		return;
