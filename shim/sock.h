@@ -58,7 +58,9 @@ struct ss_epreg;
  * and transport calls), then the connection's own lock, then fd_lock (a
  * leaf: the fd names and the readiness mirror; never held across a
  * transport call). The progress thread only ever tries lock (its callbacks
- * retry on the kick timer), so no application thread can stall it.
+ * retry on the kick timer), so no application thread can stall it. The
+ * process's whole lock order (shim and transport): docs/design.md, "Threads
+ * and locks".
  */
 struct ss_sock {
 	pthread_mutex_t lock;

@@ -78,7 +78,7 @@ struct backend {
 };
 
 struct ss_conn {
-	pthread_mutex_t lock;
+	pthread_mutex_t lock; /* its rank: docs/design.md, "Threads and locks" */
 	pthread_cond_t drained;
 	struct ss_conn *grave_next; /* the worker's graveyard (ss_worker_bury) */
 	struct ss_worker *w;

@@ -45,7 +45,7 @@ struct ss_cqs {
 	atomic_int tag; /* SS_TAG_CQS once ready: the context of every CQ here */
 	struct ss_devctx *dc;
 	struct ss_worker *w;
-	pthread_mutex_t lock; /* the poll lock */
+	pthread_mutex_t lock; /* the poll lock (its rank: docs/design.md, "Threads and locks") */
 	struct ss_cq *rcqs, *scqs;
 	struct ss_qpmap map;
 	uint32_t max_cqe;

@@ -57,6 +57,7 @@ struct ss_no_dev {
 	uint64_t until_ms;
 };
 
+/* Lock order (all of the process's locks): docs/design.md, "Threads and locks". */
 struct ss_worker {
 	pthread_mutex_t lock;       /* devices and their pools: before the poll lock */
 	pthread_mutex_t tasks_lock; /* timers, graveyard, deferred work, channel watching: a leaf */
