@@ -30,6 +30,7 @@
 #include <sys/sendfile.h>
 #include <sys/ioctl.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <linux/sockios.h>
 #include <unistd.h>
 
@@ -109,6 +110,34 @@ static void refused_calls(int c, int file)
  */
 #define HEAD 100
 
+/*
+ * What the fd says it is, once the head went through (upgraded under the
+ * shim): the socket options that name a TCP socket, its addresses'
+ * families, fstat's file type and mode, and fcntl's flags.
+ */
+static void identity(const char *who, int c)
+{
+	int type = -1, domain = -1, proto = -1, acc = -1, fl = fcntl(c, F_GETFL),
+	    fdfl = fcntl(c, F_GETFD);
+	socklen_t len = sizeof(int);
+	struct sockaddr_storage me, peer;
+	socklen_t ml = sizeof(me), pl = sizeof(peer);
+	struct stat st;
+
+	if (getsockopt(c, SOL_SOCKET, SO_TYPE, &type, &len) ||
+	    getsockopt(c, SOL_SOCKET, SO_DOMAIN, &domain, &len) ||
+	    getsockopt(c, SOL_SOCKET, SO_PROTOCOL, &proto, &len) ||
+	    getsockopt(c, SOL_SOCKET, SO_ACCEPTCONN, &acc, &len))
+		prog_die("getsockopt");
+	if (getsockname(c, (struct sockaddr *)&me, &ml) ||
+	    getpeername(c, (struct sockaddr *)&peer, &pl) || fstat(c, &st))
+		prog_die("getsockname, getpeername, fstat");
+	printf("%s fd: SO_TYPE %d, SO_DOMAIN %d, SO_PROTOCOL %d, SO_ACCEPTCONN %d, families %d/%d, "
+	       "fstat mode %o, F_GETFL %#x, F_GETFD %d\n",
+	       who, type, domain, proto, acc, me.ss_family, peer.ss_family, (unsigned)st.st_mode,
+	       (unsigned)(fl & (O_ACCMODE | O_NONBLOCK | O_APPEND)), fdfl);
+}
+
 static void surface_server(int c)
 {
 	char head[HEAD], ack;
@@ -129,6 +158,7 @@ static void surface_server(int c)
 	       mark);
 	if (recv(c, &ack, 1, MSG_WAITALL) != 1)
 		prog_die("head ack");
+	identity("server", c);
 }
 
 static void surface_client(int c)
@@ -167,6 +197,7 @@ static void surface_client(int c)
 	printf("\n");
 	if (send(c, "k", 1, 0) != 1)
 		prog_die("head ack");
+	identity("client", c);
 }
 
 static int run_server(const char *addr, int port, const char *path)
