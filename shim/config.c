@@ -56,7 +56,7 @@ int ss_test_delays_parse(const char *value, int ms[SS_TP__COUNT], char *err, siz
 			snprintf(err, errlen,
 				 "SRQSHIM_TEST_DELAYS: '%.*s' is not POINT=MS (points: "
 				 "client-hello, client-ready, server-ack, server-accept, "
-				 "first-read, server-pair)",
+				 "first-read, server-pair, load)",
 				 (int)n, p);
 			return -EINVAL;
 		}
@@ -172,7 +172,7 @@ const struct ss_option ss_options[] = {
 		.defval = "",
 		.doc = "for tests only: sleep at points of the negotiation, as "
 		       "POINT=MS[,POINT=MS...] with points client-hello, client-ready, server-ack, "
-		       "server-accept, first-read, server-pair; empty: never",
+		       "server-accept, first-read, server-pair, load; empty: never",
 		.offset = offsetof(struct ss_config, test_delays),
 		.type = SS_OPT_STRING,
 		.max = sizeof(((struct ss_config *)0)->test_delays) - 1,

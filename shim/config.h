@@ -50,7 +50,7 @@ enum ss_test_point {
 
 /*
  * Parses "point=ms[,point=ms...]" (points: client-hello, client-ready,
- * server-ack, server-accept, first-read, server-pair) into ms[]. Returns 0 or
+ * server-ack, server-accept, first-read, server-pair, load) into ms[]. Returns 0 or
  * -EINVAL with a message.
  */
 int ss_test_delays_parse(const char *value, int ms[SS_TP__COUNT], char *err, size_t errlen);

@@ -98,7 +98,7 @@ EXPORT int listen(int fd, int backlog)
 	 * client's wait. Loading first makes a server slower to start, never
 	 * slower to answer.
 	 */
-	if (s)
+	if (s && !ss_in_vfork_child())
 		ss_tp_load();
 	ret = ss_real.listen(fd, backlog);
 	if (s) {

@@ -10,6 +10,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <signal.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <sys/ioctl.h>
 #include <linux/sockios.h>
@@ -27,7 +28,7 @@ size_t ss_iov_total(const struct iovec *iov, int n)
 	size_t t = 0;
 
 	for (int i = 0; i < n; i++)
-		t += iov[i].iov_len;
+		t = iov[i].iov_len > SIZE_MAX - t ? SIZE_MAX : t + iov[i].iov_len;
 	return t;
 }
 

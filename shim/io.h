@@ -14,7 +14,7 @@ bool ss_is_tcp(int domain, int type, int proto);
 /* The entry for fd on the I/O path (a reference taken), classifying a never-seen fd. */
 struct ss_sock *ss_io_get(int fd);
 
-/* The bytes an iovec of n entries asks for. */
+/* The bytes an iovec of n entries asks for (SIZE_MAX when more: never 0 by wrapping). */
 size_t ss_iov_total(const struct iovec *iov, int n);
 
 /*

@@ -77,7 +77,10 @@ scenario "first I/O after the HELLO timeout" upgraded upgraded server - "500" - 
 # The server's transport is slow to load (SRQSHIM_TEST_DELAYS=load): it is
 # loaded before listen(), so the accepted client's HELLO is still
 # acknowledged in time (loaded at accept, the ACK came after the timeout).
-scenario "transport slow to load at the server" upgraded upgraded server "SRQSHIM_TEST_DELAYS=load=600" "0" - ""
+# The client's HELLO comes 100 ms after its connect, so that the server
+# always accepts before it is there.
+scenario "transport slow to load at the server" upgraded upgraded server "SRQSHIM_TEST_DELAYS=load=600" \
+	"0" "SRQSHIM_TEST_DELAYS=client-hello=100" ""
 # After the acknowledged wait too: the client says DECLINE and goes on over
 # TCP on the same connection; the server finds HELLO and DECLINE together.
 scenario "first I/O after the acknowledged wait" tcp:timeout tcp:timeout server - "2000" - ""
