@@ -283,11 +283,11 @@ static void print_json(FILE *f, const struct proc *procs, int n)
 			"%u, "
 			"\"peak_in_use\": %u, \"limit_events\": %llu}, \"device_rnr_naks\": %lld, "
 			"\"qp_pool\": {\"ready\": %u, \"taken\": %llu, \"own\": %llu}, "
-			"\"connections\": [",
+			"\"rq_pools_kept\": %u, \"connections\": [",
 			(unsigned long long)w->reg_bytes, w->tx_blocks, w->srq_blocks, w->srq_max,
 			w->srq_posted, w->srq_blocks - w->srq_posted, w->srq_peak_held,
 			(unsigned long long)w->srq_limit_events, device_rnr(w->device), w->qp_ready,
-			(unsigned long long)w->qp_taken, (unsigned long long)w->qp_own);
+			(unsigned long long)w->qp_taken, (unsigned long long)w->qp_own, w->rq_kept);
 		for (uint32_t k = 0; k < h->slots_hwm; k++) {
 			struct ss_stats_conn c;
 			char la[64], pa[64];

@@ -168,9 +168,9 @@ struct ss_worker_stats {
 	uint32_t srq_peak_held;    /* and the most held by connections at once */
 	uint64_t srq_limit_events; /* SRQ limit events (each grew the pool unless at the bound) */
 	uint32_t qp_ready;         /* ready QPs in the pool now (qpool.h), */
-	uint32_t pad;
-	uint64_t qp_taken; /* connections that took one, */
-	uint64_t qp_own;   /* and those that found none and made their own */
+	uint32_t rq_kept;          /* private receive pools kept from closed connections (pool.h) */
+	uint64_t qp_taken;         /* connections that took one, */
+	uint64_t qp_own;           /* and those that found none and made their own */
 };
 
 /* Statistics snapshot of w. */

@@ -52,8 +52,11 @@ static int rq_setup(struct ss_conn *c, const struct ss_transport_cfg *cfg, struc
 	c->n_rx = cfg->rx_window + cfg->ctrl_reserve;
 	c->hold_max = UINT32_MAX; /* its buffers are its own: a slow reader holds no one else's */
 	caps = (struct ss_qp_caps){cfg->sq_depth, c->n_rx, cfg->max_inline};
-	ret = ss_pool_init(&c->rxp, c->dc->pd, c->buf_size, c->n_rx, c->n_rx, 1);
-	if (ret)
+	/* Its buffers may be a closed connection's, still registered (the device's cache). */
+	ss_pool_init(&c->rxp, c->dc->pd, c->buf_size, c->n_rx, c->n_rx, 0);
+	ss_pool_set_cache(&c->rxp, &c->dc->rq_cache);
+	ret = ss_pool_grow(&c->rxp, c->n_rx);
+	if (ret < 0)
 		goto err_fini;
 	/* Each reservation holds every request of its queue: a CQ can never overflow. */
 	ret = ss_cqs_reserve(c->cqs, true, c->n_rx, &c->rcq);

@@ -2,7 +2,8 @@
  * Pools of registered blocks (local write only), grown a chunk at a time
  * up to a bound. The receive pool of an SRQ, the private receive buffers of
  * a connection and the send blocks of a device all come from here. Thread
- * safe: a leaf lock guards the free list, and no other lock is taken under it.
+ * safe: a lock guards the free list, and only the pool's cache's lock (a
+ * leaf) is taken under it.
  */
 #ifndef SS_TRANSPORT_POOL_H
 #define SS_TRANSPORT_POOL_H
@@ -23,6 +24,26 @@ struct ss_blk {
 
 struct ss_pool_chunk;
 
+/*
+ * Chunks kept from finished pools for new pools of the same shape: their
+ * memory stays registered, so a new pool skips allocating, zeroing and
+ * registering it. At most max are kept. The private receive pools of one
+ * device's connections share one (its chunks are only ever reused once the
+ * QP that had them posted is destroyed and its CQs polled dry). Its lock
+ * is a leaf.
+ */
+struct ss_pool_cache {
+	pthread_mutex_t lock;
+	struct ss_pool_chunk *chunks;
+	uint32_t n, max;
+};
+
+/* Prepares an empty cache of at most max chunks. */
+void ss_pool_cache_init(struct ss_pool_cache *c, uint32_t max);
+
+/* The chunks kept now. */
+uint32_t ss_pool_cache_count(struct ss_pool_cache *c);
+
 struct ss_pool {
 	pthread_mutex_t lock;
 	struct ibv_pd *pd;
@@ -32,6 +53,7 @@ struct ss_pool {
 	size_t reg_bytes;   /* registered memory */
 	struct ss_blk *free;
 	struct ss_pool_chunk *chunks;
+	struct ss_pool_cache *cache; /* where chunks come from and go to, if any */
 };
 
 /*
@@ -41,6 +63,12 @@ struct ss_pool {
  */
 int ss_pool_init(struct ss_pool *p, struct ibv_pd *pd, uint32_t blk_size, uint32_t chunk_blks,
 		 uint32_t max_blks, int first_chunk);
+
+/*
+ * Makes p take its chunks from cache when one of the right shape is there,
+ * and give them back to it at ss_pool_fini; before any chunk is made.
+ */
+void ss_pool_set_cache(struct ss_pool *p, struct ss_pool_cache *cache);
 
 /* Adds up to n blocks (bounded by max_blks) to the free list. Returns the count added or -errno. */
 int ss_pool_grow(struct ss_pool *p, uint32_t n);
@@ -63,7 +91,11 @@ static inline uint32_t ss_pool_made(struct ss_pool *p)
 /* True when a block could be had now (free, or room to grow). */
 int ss_pool_can_get(struct ss_pool *p);
 
-/* Deregisters and frees everything; every block must be back. Accepts a zeroed pool. */
+/*
+ * Deregisters and frees everything, or gives its chunks to its cache while
+ * the cache has room; no block may be in use (nor posted to a live queue).
+ * Accepts a zeroed pool.
+ */
 void ss_pool_fini(struct ss_pool *p);
 
 #endif

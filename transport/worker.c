@@ -203,6 +203,7 @@ int ss_worker_devctx_pools(struct ss_worker *w, struct ss_devctx *dc,
 				   0);
 		if (ret)
 			goto out;
+		ss_pool_cache_init(&dc->rq_cache, cfg->qp_pool);
 		dc->pools_ready = 1;
 	}
 	if (cfg->recv_mode == SS_RECV_SRQ &&
@@ -241,6 +242,7 @@ void ss_worker_get_stats(struct ss_worker *w, struct ss_worker_stats *st)
 			st->tx_blocks += ss_pool_made(&dc->txp);
 			st->reg_bytes += dc->txp.reg_bytes;
 			pthread_mutex_unlock(&dc->txp.lock);
+			st->rq_kept += ss_pool_cache_count(&dc->rq_cache);
 		}
 		if (srq) {
 			struct ss_srq_stats ss;

@@ -45,7 +45,8 @@ struct ss_devctx {
 	/* SRQ mode's shared receive side, made on first need (under the worker lock), read
 	 * anywhere */
 	_Atomic(struct ss_srq *) srq;
-	struct ss_qpool qpool; /* ready SRQ-mode QPs (qpool.h); started with the SRQ */
+	struct ss_qpool qpool;         /* ready SRQ-mode QPs (qpool.h); started with the SRQ */
+	struct ss_pool_cache rq_cache; /* private receive pools of closed connections, kept */
 };
 
 /* An address recently found without a device (so not rescanned for a while). */

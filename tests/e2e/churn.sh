@@ -23,6 +23,8 @@ port=9950
 res() { rdma res show "$1" 2>/dev/null | wc -l; }
 # Process $1's ready-QP pool, as srqshim-ctl shows it: ready taken own.
 qp_pool() { status_of "$1" '"%d %d %d" % (p["qp_pool"]["ready"], p["qp_pool"]["taken"], p["qp_pool"]["own"])'; }
+# Private receive pools kept (registered: one MR each) by process $1 for its next connections.
+rq_kept() { status_of "$1" 'p["rq_pools_kept"]'; }
 proc_line() { # PID: fds threads rss_kib
 	echo "$(ls /proc/$1/fd | wc -l) $(ls /proc/$1/task | wc -l) $(awk '/^VmRSS/ {print $2}' /proc/$1/status)"
 }
@@ -47,6 +49,7 @@ for mode in srq rq; do
 			marks=$((marks + 1))
 			echo "$(res qp) $(res cq) $(res mr) $(proc_line $spid)" > "$WORK/at.$marks"
 			echo "$(qp_pool $spid) $(qp_pool $cpid)" > "$WORK/pool.$marks"
+			echo "$(rq_kept $spid) $(rq_kept $cpid)" > "$WORK/kept.$marks"
 			echo go >&3
 		fi
 		sleep 0.2
@@ -61,7 +64,19 @@ for mode in srq rq; do
 	read -r _ _ _ cf1 _ ct1 _ cr1 < <(grep '^mark' "$WORK/churn.$mode" | head -1)
 	read -r _ _ _ cf2 _ ct2 _ cr2 < <(grep '^mark' "$WORK/churn.$mode" | tail -1)
 	echo "  $mode: QPs $q1 -> $q2, CQs $c1 -> $c2, MRs $m1 -> $m2; server fds $f1 -> $f2, threads $t1 -> $t2, RSS $r1 -> $r2 KiB; client fds $cf1 -> $cf2, threads $ct1 -> $ct2, RSS $cr1 -> $cr2 KiB; $pkts RDMA packets"
-	[ "$q1" = "$q2" ] && [ "$c1" = "$c2" ] && [ "$m1" = "$m2" ] || fail "$mode: verbs objects grew with the cycles"
+	# rq mode keeps up to SRQSHIM_QP_POOL (4) closed connections' receive pools per process,
+	# one MR each: the MRs not so kept must not grow.
+	read -r ks1 kc1 < "$WORK/kept.1"
+	read -r ks2 kc2 < "$WORK/kept.2"
+	echo "  $mode: receive pools kept (server, client) $ks1, $kc1 -> $ks2, $kc2"
+	[ "$q1" = "$q2" ] && [ "$c1" = "$c2" ] && [ $((m1 - ks1 - kc1)) -eq $((m2 - ks2 - kc2)) ] ||
+		fail "$mode: verbs objects grew with the cycles"
+	[ $ks2 -le 4 ] && [ $kc2 -le 4 ] || fail "$mode: more receive pools kept than SRQSHIM_QP_POOL"
+	if [ $mode = rq ]; then
+		[ $ks2 -ge 1 ] && [ $kc2 -ge 1 ] || fail "$mode: no closed connection's receive pool was kept"
+	else
+		[ "$ks2 $kc2" = "0 0" ] || fail "$mode: receive pools kept in srq mode"
+	fi
 	[ $((f2 - f1)) -le 2 ] && [ "$t1" = "$t2" ] || fail "$mode: the server's fds or threads grew"
 	[ $((cf2 - cf1)) -le 2 ] && [ "$ct1" = "$ct2" ] || fail "$mode: the client's fds or threads grew"
 	[ $((r2 - r1)) -lt 4096 ] && [ $((cr2 - cr1)) -lt 4096 ] || fail "$mode: RSS grew by more than 4 MiB"
