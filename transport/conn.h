@@ -160,16 +160,16 @@ struct ss_conn_stats {
 /* What a worker holds, for the status tool: summed over its devices. */
 struct ss_worker_stats {
 	char device[32];           /* the first device opened */
-	uint64_t reg_bytes;        /* registered memory of the shared pools */
+	uint64_t reg_bytes;        /* registered memory of the shared pools (not rq_kept's) */
 	uint32_t tx_blocks;        /* send pool: blocks made */
 	uint32_t srq_blocks;       /* SRQ receive pool: blocks made, */
 	uint32_t srq_max;          /* its bound, */
 	uint32_t srq_posted;       /* blocks posted on the SRQ now, */
 	uint32_t srq_peak_held;    /* and the most held by connections at once */
 	uint64_t srq_limit_events; /* SRQ limit events (each grew the pool unless at the bound) */
-	uint32_t qp_ready;         /* ready QPs in the pool now (qpool.h), */
+	uint32_t qp_ready;         /* ready QPs in the pool now (qpool.h) */
 	uint32_t rq_kept;          /* private receive pools kept from closed connections (pool.h) */
-	uint64_t qp_taken;         /* connections that took one, */
+	uint64_t qp_taken;         /* connections that took a ready QP, */
 	uint64_t qp_own;           /* and those that found none and made their own */
 };
 

@@ -53,7 +53,7 @@ static int rq_setup(struct ss_conn *c, const struct ss_transport_cfg *cfg, struc
 	c->hold_max = UINT32_MAX; /* its buffers are its own: a slow reader holds no one else's */
 	caps = (struct ss_qp_caps){cfg->sq_depth, c->n_rx, cfg->max_inline};
 	/* Its buffers may be a closed connection's, still registered (the device's cache). */
-	ss_pool_init(&c->rxp, c->dc->pd, c->buf_size, c->n_rx, c->n_rx, 0);
+	(void)ss_pool_init(&c->rxp, c->dc->pd, c->buf_size, c->n_rx, c->n_rx, 0); /* no chunk yet */
 	ss_pool_set_cache(&c->rxp, &c->dc->rq_cache);
 	ret = ss_pool_grow(&c->rxp, c->n_rx);
 	if (ret < 0)
@@ -113,7 +113,9 @@ static uint32_t rq_grant_limit(struct ss_conn *c)
 
 static void rq_teardown(struct ss_conn *c)
 {
-	ss_cqs_detach(c->cqs, c->qp);
+	/* A QP that could not be destroyed may still write into its buffers: never reused. */
+	if (ss_cqs_detach(c->cqs, c->qp) != 0)
+		ss_pool_set_cache(&c->rxp, NULL);
 	ss_cqs_unreserve(c->cqs, c->rcq, c->n_rx);
 	ss_cqs_unreserve(c->cqs, c->scq, c->sq_depth);
 }

@@ -170,7 +170,7 @@ static void cqs_arm_all(struct ss_cqs *q, bool force)
 			cq->armed = true;
 }
 
-void ss_cqs_detach(struct ss_cqs *q, struct ibv_qp *qp)
+int ss_cqs_detach(struct ss_cqs *q, struct ibv_qp *qp)
 {
 	uint32_t qpn = qp->qp_num;
 	int ret;
@@ -183,6 +183,7 @@ void ss_cqs_detach(struct ss_cqs *q, struct ibv_qp *qp)
 	cqs_poll_all(q);
 	ss_qpmap_del(&q->map, qpn);
 	pthread_mutex_unlock(&q->lock);
+	return ret;
 }
 
 int ss_cqs_progress(struct ss_cqs *q, bool rearm)

@@ -73,8 +73,9 @@ int ss_cqs_attach(struct ss_cqs *q, struct ibv_qp *qp, struct ss_conn *c);
 /*
  * Destroys qp, polls the CQs dry (its last completions reach its
  * connection) and removes it from the map. No connection lock held.
+ * Returns ibv_destroy_qp's result (0, or an errno value: logged).
  */
-void ss_cqs_detach(struct ss_cqs *q, struct ibv_qp *qp);
+int ss_cqs_detach(struct ss_cqs *q, struct ibv_qp *qp);
 
 /*
  * Polls every CQ dry and hands the completions over; with rearm, arms the
