@@ -212,8 +212,8 @@ static bool io_sig_ends_wait(struct io_sig *sig, int timeo_ms)
  * Waits as a blocking read (out: write) of an upgraded connection would,
  * in the wait engine that poll uses: the CQs polled by this thread, then
  * asleep on the completion channels; no hop through the progress thread.
- * Signals as Linux's socket calls take them (io_sig_ends_wait). Returns 0 (something changed: the
- * caller tries again), -EAGAIN (timeout) or -EINTR.
+ * Signals as Linux's socket calls take them (io_sig_ends_wait). Returns 0
+ * (something changed: the caller tries again), -EAGAIN (timeout) or -EINTR.
  */
 static int io_wait_upgraded(struct ss_sock *s, int fd, bool out, struct io_sig *sig)
 {

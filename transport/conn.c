@@ -83,11 +83,10 @@ static void conn_fill_wr(struct ss_conn *c, enum ss_msg_kind kind, uint32_t seq,
 		.send_flags =
 			IBV_SEND_SIGNALED | (len && len <= c->max_inline ? IBV_SEND_INLINE : 0),
 	};
-	*sge = (struct ibv_sge){0};
-	if (len)
-		*sge = (struct ibv_sge){.addr = (uintptr_t)conn_tx_buf(c, seq),
-					.length = len,
-					.lkey = c->tx_blk[seq % c->n_tx]->lkey};
+	*sge = len ? (struct ibv_sge){.addr = (uintptr_t)conn_tx_buf(c, seq),
+				      .length = len,
+				      .lkey = c->tx_blk[seq % c->n_tx]->lkey}
+		   : (struct ibv_sge){0};
 	wr->imm_data = htonl(ss_credit_on_post(&c->cr, kind, want_more));
 	if (kind == SS_KIND_DATA) {
 		c->pub->tx_msgs++;

@@ -14,9 +14,14 @@ struct ss_pool_chunk {
 	struct ibv_mr *mr;
 	uint8_t *mem;
 	uint32_t n_blks, blk_size; /* its shape, for a cache */
-	size_t len;
 	struct ss_blk blks[];
 };
+
+/* The registered length of a chunk of n blocks of blk_size bytes (whole pages). */
+static size_t pool_chunk_len(uint32_t n, uint32_t blk_size)
+{
+	return ((size_t)n * blk_size + 4095) & ~(size_t)4095;
+}
 
 void ss_pool_cache_init(struct ss_pool_cache *c, uint32_t max)
 {
@@ -94,7 +99,7 @@ void ss_pool_set_cache(struct ss_pool *p, struct ss_pool_cache *cache)
 /* A new registered chunk of n blocks of p's size, or NULL with *err set. */
 static struct ss_pool_chunk *pool_chunk_make(struct ss_pool *p, uint32_t n, int *err)
 {
-	size_t len = ((size_t)n * p->blk_size + 4095) & ~(size_t)4095;
+	size_t len = pool_chunk_len(n, p->blk_size);
 	struct ss_pool_chunk *ch = calloc(1, sizeof(*ch) + n * sizeof(struct ss_blk));
 
 	*err = ENOMEM;
@@ -116,7 +121,6 @@ static struct ss_pool_chunk *pool_chunk_make(struct ss_pool *p, uint32_t n, int 
 	}
 	ch->n_blks = n;
 	ch->blk_size = p->blk_size;
-	ch->len = len;
 	return ch;
 }
 
@@ -144,7 +148,7 @@ static int grow_locked(struct ss_pool *p, uint32_t n)
 	p->chunks = ch;
 	atomic_fetch_add_explicit(&p->n_blks, n, memory_order_relaxed);
 	p->n_free += n;
-	p->reg_bytes += ch->len;
+	p->reg_bytes += pool_chunk_len(n, p->blk_size);
 	return (int)n;
 }
 

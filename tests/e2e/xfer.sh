@@ -7,10 +7,10 @@
 # queue ioctls (FIONREAD, SIOCOUTQ, SIOCOUTQNSD, SIOCATMARK) and MSG_TRUNC
 # with and without MSG_PEEK into a NULL buffer, zero-length reads (blocking and
 # not), and what each end's fd says it is (SO_TYPE, SO_DOMAIN, SO_PROTOCOL,
-# SO_ACCEPTCONN, the address families, fstat's mode, fcntl's flags). Over kernel TCP first, then under
-# the shim in each mode (both ends): every call must return what it
-# returned over TCP, the client must receive exactly the stream the server
-# meant (SHA-256), and the bytes must have gone over RDMA.
+# SO_ACCEPTCONN, the address families, fstat's mode, fcntl's flags). Over
+# kernel TCP first, then under the shim in each mode (both ends): every call
+# must return what it returned over TCP, the client must receive exactly the
+# stream the server meant (SHA-256), and the bytes must have gone over RDMA.
 . "$(dirname "$0")/lib.sh"
 need_rdma
 
