@@ -36,6 +36,12 @@ struct wire_decline {
 };
 static_assert(sizeof(struct wire_decline) == 4, "wire decline body is 4 bytes");
 
+struct wire_return {
+	uint32_t count; /* stream bytes after the message */
+	uint32_t reserved;
+};
+static_assert(sizeof(struct wire_return) == 8, "wire return body is 8 bytes");
+
 /* Extension records after the fixed body: type, length, value. */
 struct wire_ext {
 	uint16_t type;   /* bit 15 set: the receiver must understand it */
@@ -64,8 +70,10 @@ static int body_len(uint8_t type)
 	case SS_MSG_HELLO:
 	case SS_MSG_ACCEPT: return (int)sizeof(struct wire_params);
 	case SS_MSG_DECLINE: return (int)sizeof(struct wire_decline);
+	case SS_MSG_RETURN: return (int)sizeof(struct wire_return);
 	case SS_MSG_ACK:
-	case SS_MSG_READY: return 0;
+	case SS_MSG_READY:
+	case SS_MSG_SWITCH: return 0;
 	default: return -1;
 	}
 }
@@ -133,6 +141,13 @@ enum ss_dec_result ss_msg_decode(const void *buf, size_t len, struct ss_msg *msg
 
 		memcpy(&w, b + off, sizeof(w));
 		m.reason = ntohs(w.reason);
+	} else if (h.type == SS_MSG_RETURN) {
+		struct wire_return w;
+
+		memcpy(&w, b + off, sizeof(w));
+		m.count = ntohl(w.count);
+		if (m.count > SS_RETURN_MAX)
+			return SS_DEC_MALFORMED;
 	}
 	off += (size_t)blen;
 
@@ -194,6 +209,12 @@ int ss_msg_encode(const struct ss_msg *msg, void *buf, size_t len)
 	} else if (msg->type == SS_MSG_DECLINE) {
 		struct wire_decline w = {.reason = htons(msg->reason)};
 
+		memcpy((uint8_t *)buf + SS_HELLO_HDR_LEN, &w, sizeof(w));
+	} else if (msg->type == SS_MSG_RETURN) {
+		struct wire_return w = {.count = htonl(msg->count)};
+
+		if (msg->count > SS_RETURN_MAX)
+			return -EINVAL;
 		memcpy((uint8_t *)buf + SS_HELLO_HDR_LEN, &w, sizeof(w));
 	}
 	return (int)total;

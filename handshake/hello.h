@@ -21,7 +21,13 @@ enum ss_msg_type {
 	SS_MSG_ACCEPT = 3,  /* server -> client: yes, with the server's QP, ready to receive */
 	SS_MSG_DECLINE = 4, /* either way: no; both stay on TCP */
 	SS_MSG_READY = 5,   /* client -> server: the client's QP is ready to receive */
+	/* Live downgrade (docs/protocol.md, section 4), either way, after READY: */
+	SS_MSG_SWITCH = 6, /* "my stream moves back to TCP; my RDMA stream ends with a switch" */
+	SS_MSG_RETURN = 7, /* your bytes I received and never read; `count` stream bytes follow */
 };
+
+/* The most stream bytes a RETURN may announce (more is malformed). */
+#define SS_RETURN_MAX (64u << 20)
 
 enum ss_recv_mode {
 	SS_RECV_SRQ = 1,
@@ -31,6 +37,7 @@ enum ss_recv_mode {
 /* Capability bits; unknown bits are ignored by receivers. */
 enum {
 	SS_CAP_DATA_V1 = 1u << 0, /* the data protocol of docs/protocol.md, version 1 */
+	SS_CAP_SWITCH = 1u << 1,  /* the live downgrade of docs/protocol.md, section 4 */
 };
 
 /* A side's transport parameters, as carried in HELLO and ACCEPT. */
@@ -52,6 +59,7 @@ struct ss_msg {
 	uint32_t nonce;          /* chosen by the client, echoed in every message of the exchange */
 	struct ss_params params; /* HELLO and ACCEPT */
 	uint16_t reason;         /* DECLINE: enum ss_reason */
+	uint32_t count;          /* RETURN: the stream bytes that follow the message */
 };
 
 enum ss_dec_result {

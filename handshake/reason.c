@@ -15,6 +15,7 @@ static const char *const reason_names[SS_REASON__COUNT] = {
 	[SS_REASON_GID_MISMATCH] = "gid-mismatch",
 	[SS_REASON_LOOPBACK] = "loopback-without-device",
 	[SS_REASON_DEVICE_DOWN] = "device-down",
+	[SS_REASON_DOWNGRADED] = "downgraded",
 };
 
 const char *ss_reason_str(unsigned r)

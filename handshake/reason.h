@@ -18,6 +18,7 @@ enum ss_reason {
 	SS_REASON_GID_MISMATCH = 11, /* the peer's GID is not its TCP address */
 	SS_REASON_LOOPBACK = 12,     /* loopback connection and no device configured */
 	SS_REASON_DEVICE_DOWN = 13,  /* the device's port is down (or the device failed) */
+	SS_REASON_DOWNGRADED = 14,   /* upgraded, then moved back to TCP (docs/protocol.md, 4) */
 	SS_REASON__COUNT,
 };
 

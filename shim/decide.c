@@ -110,6 +110,7 @@ void ss_become_upgraded(struct ss_sock *s, const struct ss_params *peer)
 {
 	s->reason = SS_REASON_NONE;
 	s->peer_mode = peer->recv_mode;
+	s->peer_caps = peer->caps;
 	s->peer_window = peer->window;
 	ss_sock_set_state(s, SS_SOCK_UPGRADED);
 	ss_log_info("fd %d: upgraded (peer %s)", s->fds[0],
@@ -168,7 +169,12 @@ static unsigned decide_bg_run(struct ss_sock *s)
 	case SS_SOCK_RECONNECTING: ss_client_step(s); break;
 	case SS_SOCK_PROBING: ss_client_step(s); break;
 	case SS_SOCK_ACCEPTED: return ss_server_step(s) ? EPOLLIN : 0;
-	case SS_SOCK_UPGRADED: return ss_upgraded_tcp_event(s) ? EPOLLIN | EPOLLRDHUP : 0;
+	case SS_SOCK_UPGRADED:
+		if (atomic_exchange(&s->down_wanted, false) && ss_down_begin(s) == 0) {
+			ss_fallback_flush(s); /* now in FALLBACK: its exchange starts at once */
+			break;
+		}
+		return ss_upgraded_tcp_event(s) ? EPOLLIN | EPOLLRDHUP : 0;
 	case SS_SOCK_FALLBACK: ss_fallback_flush(s); break;
 	default: return 0;
 	}
@@ -177,7 +183,7 @@ static unsigned decide_bg_run(struct ss_sock *s)
 	case SS_SOCK_RECONNECTING: return EPOLLOUT;
 	case SS_SOCK_PROBING: return EPOLLIN;
 	case SS_SOCK_UPGRADED: return EPOLLIN | EPOLLRDHUP;
-	case SS_SOCK_FALLBACK: return EPOLLOUT;
+	case SS_SOCK_FALLBACK: return ss_down_events(s);
 	default: return 0;
 	}
 }
@@ -260,10 +266,22 @@ bool ss_upgraded_tcp_event(struct ss_sock *s)
 {
 	struct ss_msg m;
 	char buf[256];
+	size_t used;
 
 	for (;;) {
-		switch (ss_hs_read(&ss_real_io, s->tcp_fd, &m, 0, NULL)) {
+		switch (ss_hs_peek(&ss_real_io, s->tcp_fd, &m, 0, NULL, &used)) {
 		case SS_HSR_MSG:
+			if (m.nonce == s->nonce && s->committed &&
+			    (m.type == SS_MSG_SWITCH || m.type == SS_MSG_RETURN)) {
+				/* The peer moves the stream back to TCP; down.c reads the rest. */
+				if (ss_down_begin(s) != 0)
+					ss_tp->conn_peer_gone(s->conn);
+				return false;
+			}
+			if (ss_hs_consume(&ss_real_io, s->tcp_fd, used) != 0) {
+				ss_tp->conn_peer_gone(s->conn);
+				return false;
+			}
 			if (m.nonce != s->nonce)
 				continue;
 			if (m.type == SS_MSG_READY && !s->committed) {

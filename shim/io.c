@@ -460,6 +460,16 @@ bool ss_io_take_reset(struct ss_sock *s)
 /* A transport error while the socket changed state under us (fallback): dispatch again. */
 static ssize_t io_up_result(struct ss_sock *s, ssize_t r)
 {
+	if (r == -EXDEV) {
+		/* The peer moved the stream to TCP: so do we, then dispatch again (down.c). */
+		int err = 0;
+
+		pthread_mutex_lock(&s->lock);
+		if (ss_sock_state(s) == SS_SOCK_UPGRADED)
+			err = ss_down_begin(s);
+		pthread_mutex_unlock(&s->lock);
+		return err ? -ECONNRESET : -SS_REDO;
+	}
 	if (r < 0 && r != -EAGAIN && ss_sock_state(s) != SS_SOCK_UPGRADED &&
 	    ss_sock_state(s) != SS_SOCK_FOREIGN)
 		return -SS_REDO;

@@ -69,8 +69,10 @@ enum ss_reason ss_tp_load(void)
 		r = SS_REASON_RESOURCE;
 		goto out;
 	}
-	if (atomic_exchange(&ss_w, w) != w)
+	if (atomic_exchange(&ss_w, w) != w) {
 		ss_stats_worker_ready();
+		ss_ctlchan_start();
+	}
 out:
 	pthread_mutex_unlock(&tp_lock);
 	return r;

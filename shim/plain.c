@@ -82,6 +82,9 @@ int ss_fallback(struct ss_sock *s, enum ss_reason why)
 
 int ss_fallback_flush(struct ss_sock *s)
 {
+	/* After a live downgrade: the TCP exchange first, then the held bytes. */
+	if (s->down && ss_down_step(s) != 0)
+		return -EAGAIN;
 	while (s->hold_len) {
 		ssize_t n =
 			ss_real.send(s->tcp_fd, s->hold, s->hold_len, MSG_DONTWAIT | MSG_NOSIGNAL);

@@ -24,6 +24,12 @@ void ss_ready_conn(void *arg, unsigned ready)
 	}
 	/* Sequentially consistent, as the sleepers' count read after it (ss_ready_wake_pollers). */
 	atomic_store(&s->rdy, ready & ~SS_RDY_EDGE);
+	/*
+	 * The peer moves the stream back to TCP (or its RDMA stream ended while
+	 * ours is moving): the progress thread takes it on (down.c).
+	 */
+	if ((ready & SS_RDY_SWITCH) || ss_sock_state(s) == SS_SOCK_FALLBACK)
+		ss_bg_kick(s, ss_now_ms());
 	/* Before the decision the shim's state says what shows, not the connection. */
 	if (ss_sock_state(s) != SS_SOCK_UPGRADED)
 		return;

@@ -78,6 +78,7 @@ static void after_fork_child(void)
 	ss_epoll_after_fork();
 	ss_signal_after_fork();
 	ss_close_after_fork();
+	ss_ctlchan_after_fork();
 	ss_sock_for_each(forget_connection);
 	ss_sock_for_each(forget_stats);
 	if (ss_tp)

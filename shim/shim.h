@@ -201,6 +201,37 @@ int ss_fallback_flush(struct ss_sock *s);
  */
 int ss_strip(struct ss_sock *s, int fd, bool wait);
 
+/* ---- the live downgrade (down.c; docs/protocol.md, section 4) ---- */
+
+/*
+ * Starts moving an upgraded connection back onto its TCP connection (lock
+ * held): the socket goes to FALLBACK with the exchange of down.c to finish
+ * before its held bytes. Returns 0, -EOPNOTSUPP when the peer cannot, or
+ * -EINVAL when it is not upgraded.
+ */
+int ss_down_begin(struct ss_sock *s);
+
+/*
+ * Moves the exchange on (lock held; s->down set). Returns 0 once it is over
+ * (the peer's returned bytes at the head of the hold, or the connection
+ * reset after a failure: s->down is gone either way), -EAGAIN while it waits.
+ */
+int ss_down_step(struct ss_sock *s);
+
+/* What the exchange waits for on tcp_fd (EPOLLIN, EPOLLOUT); lock held. */
+unsigned ss_down_events(struct ss_sock *s);
+
+/* Frees an unfinished exchange (the socket is being freed). */
+void ss_down_free(struct ss_sock *s);
+
+/* ---- the operator's channel (ctlchan.c) ---- */
+
+/* Opens the process's channel for srqshim-ctl, watched by the progress thread (once). */
+void ss_ctlchan_start(void);
+
+/* In a forked child: the parent's channel is closed; the child's worker opens its own. */
+void ss_ctlchan_after_fork(void);
+
 /* Appends to the held bytes; returns the count taken (short when full). */
 size_t ss_hold_append(struct ss_sock *s, const struct iovec *iov, int n);
 

@@ -156,6 +156,7 @@ static void sock_free(struct ss_sock *s)
 	if (s->shim_fd >= 0)
 		ss_real.close(s->shim_fd);
 	free(s->hold);
+	ss_down_free(s);
 	pthread_mutex_destroy(&s->lock);
 	pthread_mutex_destroy(&s->fd_lock);
 	free(s);

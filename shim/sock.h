@@ -52,6 +52,7 @@ struct ss_opt_rec {
 };
 
 struct ss_epreg;
+struct ss_down;
 
 /*
  * Locks, always taken in this order: lock (state; held across negotiation
@@ -104,6 +105,10 @@ struct ss_sock {
 	struct ss_params mine;
 	uint8_t *hold; /* bytes written before the decision, or going to tcp_fd first */
 	size_t hold_len, hold_max;
+	uint32_t peer_caps; /* the peer's capabilities (SS_CAP_*), when upgraded */
+	/* FALLBACK: a live downgrade's TCP exchange to finish first (down.c) */
+	struct ss_down *down;
+	atomic_bool down_wanted; /* the operator asked for a downgrade (ctlchan.c) */
 
 	/* background work on the progress thread (when bg is set; ss_w's services) */
 	bool bg;

@@ -22,6 +22,7 @@ enum op {
 	POST_DATA,
 	POST_CTRL,
 	POST_EOS,
+	POST_SWITCH, /* end of stream that moves the stream to TCP */
 	DONE_DATA,
 	DONE_CTRL,
 	RECV,     /* arg: immediate data */
@@ -120,11 +121,22 @@ static const struct script scripts[] = {
 		 {RECV, IMM(D, 0), -EPROTO, ANY, ANY, ANY}, /* data after the peer's EOS */
 		 {END},
 	 }},
+	{"switch: an end of stream that says so; data after it is an error",
+	 {.sq_depth = 4, .ctrl_reserve = 2, .rx_window = 2, .tx_window = 2, .grant_threshold = 1},
+	 {
+		 {POST_SWITCH, 0, IMM(E, 0) | SS_IMM_SWITCH, 0, 1, 0},
+		 {RECV, IMM(D, 0), D, 0, 1, 0},
+		 {RECV, IMM(E, 0) | SS_IMM_SWITCH, E, 0, 1, 0},
+		 {RECV, IMM(D, 0), -EPROTO, ANY, ANY, ANY},
+		 {END},
+	 }},
 	{"malformed control messages",
 	 {.sq_depth = 4, .ctrl_reserve = 1, .rx_window = 2, .tx_window = 2, .grant_threshold = 1},
 	 {
 		 {RECV, IMM(3, 0), -EPROTO, 1, 1, 0},          /* unknown kind */
 		 {RECV, IMM(C, 0) | 0x00100000, -EPROTO, 1, 1, 0}, /* reserved bit */
+		 {RECV, IMM(C, 0) | SS_IMM_SWITCH, -EPROTO, 1, 1, 0}, /* switch on control */
+		 {RECV, IMM(D, 0) | SS_IMM_SWITCH, -EPROTO, 1, 1, 0}, /* switch on data */
 		 {RECV, IMM(C, 1), -EPROTO, 1, 1, 0}, /* grant beyond the window: nothing was sent */
 		 {RECV, IMM(C, 0xffff), -EPROTO, 1, 1, 0},
 		 {RECV, IMM(D, 0), D, 1, 1, 0},
@@ -197,9 +209,18 @@ static void run_step(struct ss_credit *c, const struct step *s, size_t idx, cons
 		assert_true(ss_credit_can_send_ctrl(c));
 		got = ss_credit_on_post(c, SS_KIND_EOS, false);
 		break;
+	case POST_SWITCH:
+		assert_true(ss_credit_can_send_ctrl(c));
+		c->switching = true;
+		got = ss_credit_on_post(c, SS_KIND_EOS, false);
+		break;
 	case DONE_DATA: ss_credit_on_send_done(c, SS_KIND_DATA); break;
 	case DONE_CTRL: ss_credit_on_send_done(c, SS_KIND_CTRL); break;
-	case RECV: got = ss_credit_on_recv(c, s->arg); break;
+	case RECV:
+		got = ss_credit_on_recv(c, s->arg);
+		if (got == SS_KIND_EOS)
+			assert_int_equal(c->switch_received, (s->arg & SS_IMM_SWITCH) != 0);
+		break;
 	case CONSUMED: ss_credit_on_consumed(c, s->arg); break;
 	case LIMIT:
 		ss_credit_set_grant_limit(c, s->arg);

@@ -140,11 +140,13 @@ static void test_round_trip_every_type(void **state)
 		{.type = SS_MSG_ACCEPT, .nonce = 3, .params = good_params},
 		{.type = SS_MSG_DECLINE, .nonce = 4, .reason = SS_REASON_RESOURCE},
 		{.type = SS_MSG_READY, .nonce = 0xffffffff},
+		{.type = SS_MSG_SWITCH, .nonce = 5},
+		{.type = SS_MSG_RETURN, .nonce = 6, .count = SS_RETURN_MAX},
 	};
-	static const int lens[] = {64, 16, 64, 20, 16};
+	static const int lens[] = {64, 16, 64, 20, 16, 16, 24};
 
 	(void)state;
-	for (size_t i = 0; i < 5; i++) {
+	for (size_t i = 0; i < sizeof(lens) / sizeof(lens[0]); i++) {
 		uint8_t buf[SS_HELLO_MAX_LEN];
 		struct ss_msg out;
 		size_t used;
@@ -158,6 +160,7 @@ static void test_round_trip_every_type(void **state)
 		assert_int_equal(out.type, msgs[i].type);
 		assert_int_equal(out.nonce, msgs[i].nonce);
 		assert_int_equal(out.reason, msgs[i].reason);
+		assert_int_equal(out.count, msgs[i].count);
 		assert_memory_equal(&out.params, &msgs[i].params, sizeof(out.params));
 		/* Every shorter prefix asks for more, never more than the whole. */
 		for (size_t cut = 0; cut < (size_t)n; cut++) {
@@ -186,6 +189,23 @@ static void test_encode_refuses_bad_fields(void **state)
 	m.params = good_params;
 	m.type = 77;
 	assert_int_equal(ss_msg_encode(&m, buf, sizeof(buf)), -EINVAL);
+	m.type = SS_MSG_RETURN;
+	m.count = SS_RETURN_MAX + 1;
+	assert_int_equal(ss_msg_encode(&m, buf, sizeof(buf)), -EINVAL);
+}
+
+/* A RETURN that announces more than SS_RETURN_MAX bytes is malformed, not a wait for them. */
+static void test_return_bound(void **state)
+{
+	uint8_t buf[SS_HELLO_MAX_LEN];
+	struct ss_msg m = {.type = SS_MSG_RETURN, .nonce = 9, .count = 1};
+	size_t used;
+	int n = ss_msg_encode(&m, buf, sizeof(buf));
+
+	(void)state;
+	assert_int_equal(n, 24);
+	buf[16] = 0x7f; /* count 0x7f000001 */
+	assert_int_equal(ss_msg_decode(buf, (size_t)n, &m, &used), SS_DEC_MALFORMED);
 }
 
 struct nego_case {
@@ -307,6 +327,7 @@ int main(void)
 		cmocka_unit_test(test_decode_table),
 		cmocka_unit_test(test_round_trip_every_type),
 		cmocka_unit_test(test_encode_refuses_bad_fields),
+		cmocka_unit_test(test_return_bound),
 		cmocka_unit_test(test_negotiate_table),
 		cmocka_unit_test(test_peer_gid_table),
 		cmocka_unit_test(test_names),

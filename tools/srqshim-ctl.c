@@ -13,7 +13,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <stddef.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include "handshake/hello.h"
@@ -30,6 +33,7 @@ static const char usage_main[] =
 	"SYNOPSIS\n"
 	"    srqshim-ctl status [--pid PID] [--json] [--watch SECONDS]\n"
 	"    srqshim-ctl config [--json]\n"
+	"    srqshim-ctl downgrade --pid PID [--fd FD]\n"
 	"    srqshim-ctl run [--mode srq|rq|tcp] [--lib PATH] -- COMMAND [ARGS...]\n"
 	"    srqshim-ctl --help | COMMAND --help\n"
 	"\n"
@@ -44,6 +48,10 @@ static const char usage_main[] =
 	"            that died without cleaning up are recognised and removed.\n"
 	"    config  lists every option of the shim with its value in this environment,\n"
 	"            its default, range and meaning.\n"
+	"    downgrade  moves upgraded connections of process PID (all, or the one\n"
+	"            on its fd FD) back onto their TCP connections, every byte kept\n"
+	"            (docs/protocol.md, section 4): for an operator who must take a\n"
+	"            device down. Run it in the process's network namespace.\n"
 	"    run     runs COMMAND with libsrqshim.so preloaded (added to LD_PRELOAD) and\n"
 	"            SRQSHIM_MODE set when --mode is given; other SRQSHIM_* variables\n"
 	"            pass through.\n"
@@ -61,6 +69,12 @@ static const char usage_status[] =
 static const char usage_config[] =
 	"srqshim-ctl config [--json]\n"
 	"    lists every SRQSHIM_* option: value here, default, range, meaning\n";
+
+static const char usage_downgrade[] =
+	"srqshim-ctl downgrade --pid PID [--fd FD]\n"
+	"    --pid PID  the process (exit status 1 if it has no operator channel)\n"
+	"    --fd FD    only the connection on this fd of the process (default: all)\n"
+	"    prints how many connections start their move back to TCP\n";
 
 static const char usage_run[] =
 	"srqshim-ctl run [--mode srq|rq|tcp] [--lib PATH] -- COMMAND [ARGS...]\n"
@@ -419,6 +433,73 @@ static int cmd_status(int argc, char **argv)
 	}
 }
 
+/* ---- downgrade: a request on the process's channel (shim/ctlchan.c) ---- */
+
+static int cmd_downgrade(int argc, char **argv)
+{
+	static const struct option opts[] = {
+		{"pid", required_argument, NULL, 'p'},
+		{"fd", required_argument, NULL, 'f'},
+		{"help", no_argument, NULL, 'h'},
+		{0},
+	};
+	struct sockaddr_un to = {.sun_family = AF_UNIX}, me = {.sun_family = AF_UNIX};
+	struct timeval tv = {.tv_sec = 2};
+	int pid = 0, fd = -1, c, s, len;
+	char req[64], answer[64];
+	ssize_t n;
+
+	while ((c = getopt_long(argc, argv, "p:f:h", opts, NULL)) != -1) {
+		switch (c) {
+		case 'p':
+			if ((pid = positive(optarg, "pid")) < 0)
+				return EXIT_USAGE;
+			break;
+		case 'f':
+			if (strcmp(optarg, "0") == 0)
+				fd = 0;
+			else if ((fd = positive(optarg, "fd")) < 0)
+				return EXIT_USAGE;
+			break;
+		case 'h': fputs(usage_downgrade, stdout); return 0;
+		default: fputs(usage_downgrade, stderr); return EXIT_USAGE;
+		}
+	}
+	if (!pid) {
+		fputs(usage_downgrade, stderr);
+		return EXIT_USAGE;
+	}
+	s = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+	/* An address of our own (autobind) for the answer. */
+	if (s < 0 || bind(s, (struct sockaddr *)&me, sizeof(sa_family_t)) != 0 ||
+	    setsockopt(s, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv)) != 0) {
+		perror("srqshim-ctl: socket");
+		return EXIT_NOT_FOUND;
+	}
+	len = snprintf(to.sun_path + 1, sizeof(to.sun_path) - 1, "srqshim.%d", pid);
+	snprintf(req, sizeof(req), "downgrade %d\n", fd);
+	if (sendto(s, req, strlen(req), 0, (struct sockaddr *)&to,
+		   (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + (size_t)len)) < 0) {
+		fprintf(stderr, "srqshim-ctl: process %d has no operator channel: %s\n", pid,
+			strerror(errno));
+		close(s);
+		return EXIT_NOT_FOUND;
+	}
+	n = recv(s, answer, sizeof(answer) - 1, 0);
+	close(s);
+	if (n <= 0) {
+		fprintf(stderr, "srqshim-ctl: process %d did not answer\n", pid);
+		return EXIT_NOT_FOUND;
+	}
+	answer[n] = 0;
+	if (strncmp(answer, "ok ", 3) != 0) {
+		fprintf(stderr, "srqshim-ctl: process %d: %s\n", pid, answer);
+		return EXIT_USAGE;
+	}
+	printf("%s connection(s) of process %d moving back to TCP\n", answer + 3, pid);
+	return 0;
+}
+
 /* ---- config ---- */
 
 static int cmd_config(int argc, char **argv)
@@ -577,6 +658,8 @@ int main(int argc, char **argv)
 		return cmd_status(argc - 1, argv + 1);
 	if (strcmp(argv[1], "config") == 0)
 		return cmd_config(argc - 1, argv + 1);
+	if (strcmp(argv[1], "downgrade") == 0)
+		return cmd_downgrade(argc - 1, argv + 1);
 	if (strcmp(argv[1], "run") == 0)
 		return cmd_run(argc - 1, argv + 1);
 	fprintf(stderr, "srqshim-ctl: unknown command %s\n\n", argv[1]);

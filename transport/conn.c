@@ -187,12 +187,14 @@ static unsigned conn_compute_ready(const struct ss_conn *c)
 	}
 	if (c->rx_avail || c->cr.eos_received)
 		r |= SS_RDY_IN;
-	if (c->cr.eos_received)
+	if (c->cr.switch_received)
+		r |= SS_RDY_SWITCH; /* not the end: the stream goes on over TCP */
+	else if (c->cr.eos_received)
 		r |= SS_RDY_RDHUP;
 	/* As TCP's: writable once our end is shut too (a write fails at once, EPIPE). */
 	if (c->eos_wanted || ss_conn_tx_room(c))
 		r |= SS_RDY_OUT;
-	if (c->cr.eos_received && c->eos_wanted)
+	if (c->cr.eos_received && c->eos_wanted && !c->cr.switch_received && !c->cr.switching)
 		r |= SS_RDY_HUP;
 	return r;
 }
@@ -555,7 +557,7 @@ int ss_conn_create(struct ss_worker *w, const struct ss_transport_cfg *cfg,
 	ret = c->be->setup(c, cfg, mine);
 	if (ret)
 		goto err_free;
-	mine->caps = SS_CAP_DATA_V1;
+	mine->caps = SS_CAP_DATA_V1 | SS_CAP_SWITCH;
 	mine->mtu = (uint8_t)c->dc->dev->active_mtu;
 	mine->sq_depth = (uint16_t)cfg->sq_depth;
 	mine->qpn = c->qp->qp_num;
@@ -626,30 +628,85 @@ void ss_conn_start(struct ss_conn *c)
 	pthread_mutex_unlock(&c->lock);
 }
 
-ssize_t ss_conn_take_unsent(struct ss_conn *c, uint8_t **buf_p)
+/* Copies the bytes of the unposted slots into a malloc'd buffer; returns the count or -ENOMEM. */
+static ssize_t conn_copy_unposted(struct ss_conn *c, uint8_t **buf_p)
 {
 	size_t len = 0, off = 0;
 	uint8_t *buf = NULL;
-	ssize_t ret;
 
-	pthread_mutex_lock(&c->lock);
 	for (uint32_t s = c->tx_posted; s != c->tx_open; s++)
 		len += c->tx_len[s % c->n_tx];
-	if (len && !(buf = malloc(len))) {
-		ret = -ENOMEM;
-		goto out;
-	}
+	if (len && !(buf = malloc(len)))
+		return -ENOMEM;
 	for (uint32_t s = c->tx_posted; s != c->tx_open; s++) {
 		memcpy(buf + off, conn_tx_buf(c, s), c->tx_len[s % c->n_tx]);
 		off += c->tx_len[s % c->n_tx];
 	}
-	/* Whatever was not posted never will be: the stream goes on elsewhere. */
-	c->hold_until = 0;
-	ss_conn_fail(c, "stream handed back to TCP");
-	ss_conn_report(c, false);
 	*buf_p = buf;
-	ret = (ssize_t)len;
+	return (ssize_t)len;
+}
+
+ssize_t ss_conn_take_unsent(struct ss_conn *c, uint8_t **buf_p)
+{
+	ssize_t ret;
+
+	pthread_mutex_lock(&c->lock);
+	ret = conn_copy_unposted(c, buf_p);
+	if (ret >= 0) {
+		/* Whatever was not posted never will be: the stream goes on elsewhere. */
+		c->hold_until = 0;
+		ss_conn_fail(c, "stream handed back to TCP");
+		ss_conn_report(c, false);
+	}
+	pthread_mutex_unlock(&c->lock);
+	return ret;
+}
+
+ssize_t ss_conn_switch(struct ss_conn *c, uint8_t **buf_p, bool *ended_p)
+{
+	ssize_t ret;
+
+	*buf_p = NULL;
+	*ended_p = false;
+	pthread_mutex_lock(&c->lock);
+	if (c->st != ST_RUNNING) {
+		ret = c->st == ST_FAILED ? -ECONNRESET : -ENOTCONN;
+		goto out;
+	}
+	if (c->eos_wanted) {
+		/* Our stream ended over RDMA already (shutdown): nothing of ours follows. */
+		*ended_p = !c->cr.switching;
+		ret = 0;
+		goto out;
+	}
+	ret = conn_copy_unposted(c, buf_p);
+	if (ret < 0)
+		goto out;
+	/* What was not posted goes on over TCP: its slots are empty again. */
+	while (c->tx_open != c->tx_posted) {
+		c->tx_open--;
+		ss_pool_put(c->txp, c->tx_blk[c->tx_open % c->n_tx]);
+		c->tx_blk[c->tx_open % c->n_tx] = NULL;
+	}
+	c->hold_until = 0;
+	c->cr.switching = true;
+	c->eos_wanted = true;
+	ss_conn_push(c);
+	ss_conn_report(c, false);
 out:
+	pthread_mutex_unlock(&c->lock);
+	return ret;
+}
+
+int ss_conn_peer_ended(struct ss_conn *c)
+{
+	int ret;
+
+	pthread_mutex_lock(&c->lock);
+	if (c->cr.eos_received)
+		ret = 1;
+	else
+		ret = c->st == ST_FAILED || c->st == ST_DEAD ? -ECONNRESET : 0;
 	pthread_mutex_unlock(&c->lock);
 	return ret;
 }
@@ -672,7 +729,7 @@ ssize_t ss_conn_send(struct ss_conn *c, const struct iovec *iov, int iovcnt, boo
 		goto out;
 	}
 	if (c->eos_wanted) {
-		ret = -EPIPE;
+		ret = c->cr.switching ? -EXDEV : -EPIPE;
 		goto out;
 	}
 	for (int i = 0; i < iovcnt; i++) {
@@ -776,8 +833,8 @@ ssize_t ss_conn_recv(struct ss_conn *c, const struct iovec *iov, int iovcnt, boo
 	else if (c->rx_avail)
 		ret = 0; /* nothing asked, bytes there: TCP's answer to a zero-length read */
 	else if (c->cr.eos_received)
-		/* The peer ended its stream: what failed later (its QP gone) is no reset. */
-		ret = 0;
+		/* The peer ended its stream (what failed later is no reset), or moved it to TCP. */
+		ret = c->cr.switch_received ? -EXDEV : 0;
 	else if (c->st == ST_FAILED)
 		ret = -ECONNRESET;
 	else

@@ -42,13 +42,14 @@ struct ss_transport_cfg {
 
 /* Readiness of a connection, as a TCP socket would show it. */
 enum {
-	SS_RDY_IN = 1u << 0,    /* a read would not block: data, end of stream or error */
-	SS_RDY_OUT = 1u << 1,   /* a write would not block */
-	SS_RDY_RDHUP = 1u << 2, /* the peer ended its stream */
-	SS_RDY_HUP = 1u << 3,   /* both directions are over (or the connection failed) */
-	SS_RDY_ERR = 1u << 4,   /* the connection failed */
-	SS_RDY_EDGE = 1u << 5,  /* new data arrived since the last report: edge for ET waiters */
-	SS_RDY_SENT = 1u << 6,  /* lingering (ss_conn_linger): everything is delivered */
+	SS_RDY_IN = 1u << 0,     /* a read would not block: data, end of stream or error */
+	SS_RDY_OUT = 1u << 1,    /* a write would not block */
+	SS_RDY_RDHUP = 1u << 2,  /* the peer ended its stream */
+	SS_RDY_HUP = 1u << 3,    /* both directions are over (or the connection failed) */
+	SS_RDY_ERR = 1u << 4,    /* the connection failed */
+	SS_RDY_EDGE = 1u << 5,   /* new data arrived since the last report: edge for ET waiters */
+	SS_RDY_SENT = 1u << 6,   /* lingering (ss_conn_linger): everything is delivered */
+	SS_RDY_SWITCH = 1u << 7, /* the peer moved its stream to TCP (ss_conn_switch) */
 };
 
 /*
@@ -231,17 +232,38 @@ void ss_conn_start(struct ss_conn *c);
 ssize_t ss_conn_take_unsent(struct ss_conn *c, uint8_t **buf_p);
 
 /*
+ * Live downgrade (docs/protocol.md, section 4): our stream leaves the QP.
+ * Every byte accepted and not yet posted goes into *buf_p (malloc'd, the
+ * caller frees; NULL when none) for the caller to send over TCP; what was
+ * posted is followed by an end of stream that says "switch". From then on
+ * ss_conn_send() returns -EXDEV. *ended_p: our stream had ended over RDMA
+ * already (shutdown), so nothing of ours follows anywhere. Returns the
+ * count, -ECONNRESET after a failure, -ENOTCONN before the commit point,
+ * or -ENOMEM.
+ */
+ssize_t ss_conn_switch(struct ss_conn *c, uint8_t **buf_p, bool *ended_p);
+
+/*
+ * 1 once the peer's stream ended on the QP (an end of stream, or the
+ * switch of ss_conn_switch): every byte it sent over RDMA is here. 0 while
+ * not, -ECONNRESET when the connection failed first.
+ */
+int ss_conn_peer_ended(struct ss_conn *c);
+
+/*
  * Copies up to the iovec's bytes into the send path. Returns the count taken
  * (short when the send buffer is full), -EAGAIN when nothing fits now,
  * -EPIPE after our own shutdown, -ECONNRESET after a failure. more: the
  * caller has more to send at once (MSG_MORE): hold a partial message.
+ * -EXDEV after ss_conn_switch().
  */
 ssize_t ss_conn_send(struct ss_conn *c, const struct iovec *iov, int iovcnt, bool more);
 
 /*
  * Copies received bytes into the iovec. Returns the count, 0 at end of
  * stream (or for an empty iovec while bytes are there), -EAGAIN when
- * nothing is there, -ECONNRESET after a failure.
+ * nothing is there, -ECONNRESET after a failure, -EXDEV when the peer
+ * moved its stream to TCP and every byte it sent here was read.
  * peek: leave the bytes in place.
  */
 ssize_t ss_conn_recv(struct ss_conn *c, const struct iovec *iov, int iovcnt, bool peek);
@@ -318,6 +340,8 @@ struct ss_transport_ops {
 			   enum ss_reason *reason_p);
 	void (*conn_peer_gone)(struct ss_conn *c);
 	ssize_t (*conn_take_unsent)(struct ss_conn *c, uint8_t **buf_p);
+	ssize_t (*conn_switch)(struct ss_conn *c, uint8_t **buf_p, bool *ended_p);
+	int (*conn_peer_ended)(struct ss_conn *c);
 	int (*worker_watch)(struct ss_worker *w, struct ss_watch *wt, int fd, unsigned events);
 	void (*worker_unwatch)(struct ss_worker *w, struct ss_watch *wt);
 	void (*worker_defer)(struct ss_worker *w, struct ss_defer *d);
@@ -353,7 +377,7 @@ struct ss_transport_ops {
 
 extern const struct ss_transport_ops ss_transport_ops;
 
-#define SS_TRANSPORT_OPS_VERSION 11
+#define SS_TRANSPORT_OPS_VERSION 12
 #define SS_TRANSPORT_OPS_SYMBOL  "ss_transport_ops"
 
 #endif

@@ -57,8 +57,11 @@ uint32_t ss_credit_on_post(struct ss_credit *c, enum ss_msg_kind kind, bool want
 		c->tx_credits--;
 	else
 		c->ctrl_inflight++;
-	if (kind == SS_KIND_EOS)
+	if (kind == SS_KIND_EOS) {
 		c->eos_sent = true;
+		if (c->switching)
+			imm |= SS_IMM_SWITCH;
+	}
 
 	uint32_t g = grantable(c);
 	if (g > 0) {
@@ -93,7 +96,8 @@ int ss_credit_on_recv(struct ss_credit *c, uint32_t imm)
 	uint32_t kind = (imm & SS_IMM_TYPE_MASK) >> SS_IMM_TYPE_SHIFT;
 	uint32_t grant = imm & SS_IMM_GRANT_MASK;
 
-	if (kind > SS_KIND_EOS || (imm & SS_IMM_RSVD_MASK))
+	if (kind > SS_KIND_EOS || (imm & SS_IMM_RSVD_MASK) ||
+	    ((imm & SS_IMM_SWITCH) && kind != SS_KIND_EOS))
 		return -EPROTO;
 	/* We can never hold more credits than the peer's window. */
 	if (grant > c->cfg.tx_window - c->tx_credits)
@@ -107,8 +111,10 @@ int ss_credit_on_recv(struct ss_credit *c, uint32_t imm)
 			return -EPROTO;
 		c->rx_outstanding++;
 	}
-	if (kind == SS_KIND_EOS)
+	if (kind == SS_KIND_EOS) {
 		c->eos_received = true;
+		c->switch_received = (imm & SS_IMM_SWITCH) != 0;
+	}
 	if (grant) {
 		c->tx_credits += grant;
 		c->hard_req_out = false;

@@ -25,7 +25,8 @@
 #define SS_IMM_TYPE_MASK  (3u << SS_IMM_TYPE_SHIFT)
 #define SS_IMM_HARD_REQ   (1u << 29)  /* answer with a grant now */
 #define SS_IMM_SOFT_REQ   (1u << 28)  /* a grant is welcome with your next data */
-#define SS_IMM_RSVD_MASK  0x0fff0000u /* zero when sent; set: protocol error */
+#define SS_IMM_SWITCH     (1u << 27)  /* on end of stream only: the stream goes on over TCP */
+#define SS_IMM_RSVD_MASK  0x07ff0000u /* zero when sent; set: protocol error */
 #define SS_IMM_GRANT_MASK 0x0000ffffu /* data credits given back */
 
 enum ss_msg_kind {
@@ -50,12 +51,14 @@ struct ss_credit {
 	uint32_t ctrl_inflight; /* control SENDs posted, not completed */
 	bool hard_req_out;      /* we asked for a grant and have had none since */
 	bool eos_sent;
+	bool switching; /* our end of stream is a switch to TCP (set before it is posted) */
 	/* receiving side */
 	uint32_t rx_outstanding; /* data SENDs of the peer we hold or have not granted back */
 	uint32_t to_return;      /* of those, freed and reposted: owed to the peer */
 	bool peer_hard_req;      /* the peer asked for a grant at once */
 	bool peer_soft_req;
 	bool eos_received;
+	bool switch_received; /* the peer's end of stream was a switch to TCP */
 	uint32_t grant_limit; /* credits a grant may return now (SRQ mode: free receive capacity) */
 	/* statistics */
 	uint64_t grants_sent, grants_received, requests_sent, requests_received;

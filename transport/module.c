@@ -18,6 +18,8 @@ __attribute__((visibility("default"))) const struct ss_transport_ops ss_transpor
 	.conn_create = ss_conn_create,
 	.conn_peer_gone = ss_conn_peer_gone,
 	.conn_take_unsent = ss_conn_take_unsent,
+	.conn_switch = ss_conn_switch,
+	.conn_peer_ended = ss_conn_peer_ended,
 	.worker_watch = ss_worker_watch,
 	.worker_unwatch = ss_worker_unwatch,
 	.worker_defer = ss_worker_defer,

@@ -1,0 +1,132 @@
+/*
+ * The operator's channel into a process: `srqshim-ctl downgrade --pid PID
+ * [--fd FD]` asks it to move upgraded connections back to TCP (down.c). A
+ * datagram socket in the abstract namespace of the process's network
+ * namespace, named "srqshim.PID", made with the worker and watched by the
+ * progress thread. A request is one line, "downgrade FD" (FD -1: every
+ * upgraded connection); the answer, to the sender's address, is "ok N"
+ * (N connections start their move) or "error TEXT". Only the progress
+ * thread reads the socket; the moves run there too (decide.c), as the
+ * sockets' background work.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "shim/real.h"
+#include "shim/shim.h"
+#include "transport/log.h"
+
+static int ctlchan_fd = -1;
+static struct ss_watch ctlchan_watch;
+static int ctlchan_count; /* sockets asked by the request being answered (progress thread) */
+
+/* Marks s for a downgrade by the progress thread; counts it, and one moving already. */
+static void ctlchan_want(struct ss_sock *s)
+{
+	int st = ss_sock_state(s);
+
+	if (st == SS_SOCK_FALLBACK && (s->peer_caps & SS_CAP_SWITCH))
+		ctlchan_count++; /* the peer started the move (or the handshake's fallback runs) */
+	if (st != SS_SOCK_UPGRADED || !(s->peer_caps & SS_CAP_SWITCH))
+		return;
+	atomic_store(&s->down_wanted, true);
+	ss_bg_kick(s, ss_now_ms());
+	ctlchan_count++;
+}
+
+static int ctlchan_request(const char *req, char *answer, size_t len)
+{
+	char *end;
+	long fd;
+
+	if (strncmp(req, "downgrade ", 10) != 0) {
+		snprintf(answer, len, "error unknown request");
+		return -EINVAL;
+	}
+	fd = strtol(req + 10, &end, 10);
+	if (end == req + 10 || (*end && *end != '\n') || fd < -1 || fd > 0x7fffffff) {
+		snprintf(answer, len, "error bad fd");
+		return -EINVAL;
+	}
+	ctlchan_count = 0;
+	/* The socket table's entries are freed on this thread only: no reference needed. */
+	if (fd < 0) {
+		ss_sock_for_each(ctlchan_want);
+	} else {
+		struct ss_sock *s = ss_sock_get((int)fd);
+
+		if (s)
+			ctlchan_want(s);
+		ss_sock_put(s);
+	}
+	snprintf(answer, len, "ok %d", ctlchan_count);
+	return 0;
+}
+
+static void ctlchan_cb(struct ss_watch *wt, unsigned revents)
+{
+	(void)wt;
+	(void)revents;
+	for (;;) {
+		struct sockaddr_un from;
+		socklen_t flen = sizeof(from);
+		char req[64], answer[64];
+		ssize_t n = recvfrom(ctlchan_fd, req, sizeof(req) - 1, MSG_DONTWAIT,
+				     (struct sockaddr *)&from, &flen);
+
+		if (n < 0)
+			return;
+		req[n] = 0;
+		ctlchan_request(req, answer, sizeof(answer));
+		ss_log_info("operator: \"%.*s\": %s", (int)strcspn(req, "\n"), req, answer);
+		if (flen > sizeof(sa_family_t))
+			sendto(ctlchan_fd, answer, strlen(answer), MSG_DONTWAIT,
+			       (struct sockaddr *)&from, flen);
+	}
+}
+
+void ss_ctlchan_start(void)
+{
+	struct sockaddr_un a = {.sun_family = AF_UNIX};
+	int fd, len;
+
+	if (ctlchan_fd >= 0 || !ss_w)
+		return;
+	len = snprintf(a.sun_path + 1, sizeof(a.sun_path) - 1, "srqshim.%d", (int)getpid());
+	fd = ss_real.socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+	if (fd < 0)
+		return;
+	if (bind(fd, (struct sockaddr *)&a,
+		 (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + (size_t)len)) != 0) {
+		ss_log_warn("no operator channel: %s", strerror(errno));
+		ss_real.close(fd);
+		return;
+	}
+	/* Above the application's fd numbers, as the shim's other private fds. */
+	int pfd = ss_private_fd(fd);
+
+	ss_real.close(fd);
+	if (pfd < 0)
+		return;
+	fd = pfd;
+	ctlchan_watch.cb = ctlchan_cb;
+	ctlchan_watch.fd = -1;
+	if (ss_tp->worker_watch(ss_w, &ctlchan_watch, fd, EPOLLIN) != 0) {
+		ss_real.close(fd);
+		return;
+	}
+	ctlchan_fd = fd;
+}
+
+void ss_ctlchan_after_fork(void)
+{
+	/* The parent's name: the child makes its own with its worker. */
+	if (ctlchan_fd >= 0)
+		ss_real.close(ctlchan_fd);
+	ctlchan_fd = -1;
+}

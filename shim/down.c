@@ -1,0 +1,334 @@
+/*
+ * The live downgrade (docs/protocol.md, section 4): an upgraded connection
+ * moves its byte stream back onto its own TCP connection, both directions,
+ * and the application's fd becomes that TCP socket. Each side ends its RDMA
+ * stream with a switch (what it had not posted goes on over TCP), sends
+ * SWITCH on TCP, and once the peer's RDMA stream has ended, sends RETURN
+ * with the bytes of the peer's stream it received and never read. The
+ * peer's returned bytes are the first of our stream on TCP, followed by
+ * what we had not posted and what the application writes meanwhile (the
+ * FALLBACK state's hold); then the TCP socket goes back on the
+ * application's fd (plain.c). All of it under the socket's lock, never
+ * blocking: the progress thread moves it on, and so does any application
+ * call that waits for it.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+
+#include "shim/epoll.h"
+#include "shim/ready.h"
+#include "shim/real.h"
+#include "shim/shim.h"
+#include "transport/log.h"
+
+/* While the peer's end of stream is awaited on the QP, the CQs are looked at this often. */
+#define DOWN_POLL_MS 2
+
+struct ss_down {
+	uint8_t *out; /* ours for the TCP stream before the held bytes: SWITCH, RETURN, its bytes */
+	size_t out_len, out_off;
+	bool returned; /* our RETURN is in out */
+	bool ended;    /* our stream had ended over RDMA (shutdown): TCP's write side ends too */
+	bool failed;
+	uint8_t *in; /* the peer's RETURN: the bytes of our stream it gave back */
+	uint32_t in_len, in_got;
+	bool in_hdr, in_done;
+	unsigned events;  /* on tcp_fd, while waiting */
+	uint64_t look_at; /* ms: the next look without an event (0: only at the deadline) */
+	uint64_t deadline;
+};
+
+static int down_out_add(struct ss_down *d, const struct ss_msg *m, const uint8_t *tail,
+			size_t tail_len)
+{
+	uint8_t hdr[SS_HELLO_MAX_LEN];
+	int n = ss_msg_encode(m, hdr, sizeof(hdr));
+	uint8_t *p;
+
+	if (n < 0)
+		return n;
+	p = realloc(d->out, d->out_len + (size_t)n + tail_len);
+	if (!p)
+		return -ENOMEM;
+	d->out = p;
+	memcpy(p + d->out_len, hdr, (size_t)n);
+	if (tail_len)
+		memcpy(p + d->out_len + n, tail, tail_len);
+	d->out_len += (size_t)n + tail_len;
+	return 0;
+}
+
+int ss_down_begin(struct ss_sock *s)
+{
+	struct ss_down *d;
+	uint8_t *unsent = NULL;
+	ssize_t n;
+
+	if (ss_sock_state(s) != SS_SOCK_UPGRADED || !s->conn)
+		return -EINVAL;
+	if (!(s->peer_caps & SS_CAP_SWITCH))
+		return -EOPNOTSUPP;
+	if (!(d = calloc(1, sizeof(*d))))
+		return -ENOMEM;
+	d->deadline = ss_deadline_in(ss_cfg.linger_ms);
+	/*
+	 * Reads wait and writes are held from here (the FALLBACK state's
+	 * rules), before the connection refuses data: a writer that meets the
+	 * refusal finds the new state and dispatches again.
+	 */
+	s->down = d;
+	s->reason = SS_REASON_DOWNGRADED;
+	atomic_store(&s->state, SS_SOCK_FALLBACK);
+	ss_epoll_leaving(s);
+	ss_ready_wake_pollers();
+	n = ss_tp->conn_switch(s->conn, &unsent, &d->ended);
+	if (n < 0) {
+		ss_log_error("fd %d: cannot end the RDMA stream for the downgrade: %s", s->fds[0],
+			     strerror((int)-n));
+		d->failed = true;
+	} else if (n > 0) {
+		/* Not posted: the first of our bytes on TCP after what the peer gives back. */
+		size_t max = (size_t)n > SS_HOLD_MAX ? (size_t)n : SS_HOLD_MAX;
+		uint8_t *buf = malloc(max);
+
+		if (!buf || s->hold_len) {
+			ss_log_error("fd %d: no room for %zd unsent bytes", s->fds[0], n);
+			d->failed = true;
+			free(buf);
+		} else {
+			memcpy(buf, unsent, (size_t)n);
+			free(s->hold);
+			s->hold = buf;
+			s->hold_len = (size_t)n;
+			s->hold_max = max;
+		}
+	}
+	free(unsent);
+	if (s->hold_max < SS_HOLD_MAX)
+		s->hold_max = SS_HOLD_MAX;
+	if (!d->failed &&
+	    down_out_add(d, &(struct ss_msg){.type = SS_MSG_SWITCH, .nonce = s->nonce}, NULL, 0))
+		d->failed = true;
+	ss_mirror_show(s, SS_RDY_OUT);
+	ss_log_info("fd %d: moving back to TCP, %zu bytes not sent over RDMA", s->fds[0],
+		    s->hold_len);
+	ss_bg_kick(s, ss_now_ms());
+	return 0;
+}
+
+/* Sends what is in out. Returns 0 when all went, -EAGAIN, or -errno. */
+static int down_send(struct ss_sock *s, struct ss_down *d)
+{
+	while (d->out_off < d->out_len) {
+		ssize_t n = ss_real.send(s->tcp_fd, d->out + d->out_off, d->out_len - d->out_off,
+					 MSG_DONTWAIT | MSG_NOSIGNAL);
+
+		if (n > 0) {
+			d->out_off += (size_t)n;
+			continue;
+		}
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0 && errno == EAGAIN) {
+			d->events |= EPOLLOUT;
+			return -EAGAIN;
+		}
+		return n < 0 ? -errno : -EPIPE;
+	}
+	return 0;
+}
+
+/*
+ * Once the peer's RDMA stream has ended (every byte it sent that way is
+ * here): RETURN with the bytes our application never read. Returns 0,
+ * -EAGAIN while the end is not there yet, or -errno.
+ */
+static int down_build_return(struct ss_sock *s, struct ss_down *d)
+{
+	uint8_t *buf = NULL;
+	size_t len = 0, cap = 0;
+	int r = ss_tp->conn_peer_ended(s->conn);
+
+	if (r == 0 && ss_tp->worker_poll(ss_w) > 0)
+		r = ss_tp->conn_peer_ended(s->conn);
+	if (r == 0) {
+		d->look_at = ss_deadline_in(DOWN_POLL_MS);
+		return -EAGAIN;
+	}
+	if (r < 0)
+		return r;
+	for (;;) {
+		ssize_t n;
+
+		if (cap - len < 65536) {
+			uint8_t *p = realloc(buf, cap + 65536);
+
+			if (!p) {
+				free(buf);
+				return -ENOMEM;
+			}
+			buf = p;
+			cap += 65536;
+		}
+		n = ss_tp->conn_recv(s->conn, &(struct iovec){buf + len, cap - len}, 1, false);
+		if (n <= 0)
+			break; /* -EXDEV, or 0 after a plain end of stream: all taken */
+		len += (size_t)n;
+	}
+	if (len > SS_RETURN_MAX)
+		r = -EMSGSIZE;
+	else
+		r = down_out_add(d,
+				 &(struct ss_msg){.type = SS_MSG_RETURN,
+						  .nonce = s->nonce,
+						  .count = (uint32_t)len},
+				 buf, len);
+	free(buf);
+	if (r == 0)
+		d->returned = true;
+	return r;
+}
+
+/*
+ * Reads the peer's SWITCH and RETURN, and the bytes after RETURN, never a
+ * byte beyond them. Returns 0 once all is in, -EAGAIN, or -errno.
+ */
+static int down_read(struct ss_sock *s, struct ss_down *d)
+{
+	while (!d->in_done) {
+		struct ss_msg m;
+		size_t used;
+		ssize_t n;
+
+		if (d->in_hdr) {
+			n = ss_real.recv(s->tcp_fd, d->in + d->in_got, d->in_len - d->in_got,
+					 MSG_DONTWAIT);
+			if (n > 0) {
+				d->in_got += (uint32_t)n;
+				d->in_done = d->in_got == d->in_len;
+				continue;
+			}
+			if (n < 0 && errno == EINTR)
+				continue;
+			if (n < 0 && errno == EAGAIN) {
+				d->events |= EPOLLIN;
+				return -EAGAIN;
+			}
+			return n < 0 ? -errno : -EPIPE;
+		}
+		switch (ss_hs_peek(&ss_real_io, s->tcp_fd, &m, 0, NULL, &used)) {
+		case SS_HSR_MSG:
+			if (m.nonce != s->nonce || ss_hs_consume(&ss_real_io, s->tcp_fd, used) != 0)
+				return -EPROTO;
+			if (m.type == SS_MSG_RETURN) {
+				d->in_len = m.count;
+				d->in = m.count ? malloc(m.count) : NULL;
+				if (m.count && !d->in)
+					return -ENOMEM;
+				d->in_hdr = true;
+				d->in_done = m.count == 0;
+			}
+			continue; /* SWITCH, and repeated ACKs of the handshake: skipped */
+		case SS_HSR_TIMEOUT: d->events |= EPOLLIN; return -EAGAIN;
+		case SS_HSR_PARTIAL: d->look_at = ss_deadline_in(DOWN_POLL_MS); return -EAGAIN;
+		default: return -EPROTO; /* its end, a reset, or bytes that are no message */
+		}
+	}
+	return 0;
+}
+
+/* The peer's returned bytes go first, then ours that were held. */
+static int down_finish(struct ss_sock *s, struct ss_down *d)
+{
+	size_t max = d->in_len + s->hold_len > s->hold_max ? d->in_len + s->hold_len : s->hold_max;
+	uint8_t *buf = max ? malloc(max) : NULL;
+
+	if (max && !buf)
+		return -ENOMEM;
+	if (d->in_len)
+		memcpy(buf, d->in, d->in_len);
+	if (s->hold_len)
+		memcpy(buf + d->in_len, s->hold, s->hold_len);
+	free(s->hold);
+	s->hold = buf;
+	s->hold_len += d->in_len;
+	s->hold_max = max;
+	s->shut_wr_held |= d->ended;
+	ss_log_info("fd %d: the stream moved back to TCP (%u bytes given back by the peer, %zu "
+		    "to send)",
+		    s->fds[0], d->in_len, s->hold_len);
+	return 0;
+}
+
+static void down_free(struct ss_sock *s)
+{
+	free(s->down->out);
+	free(s->down->in);
+	free(s->down);
+	s->down = NULL;
+}
+
+/*
+ * The downgrade cannot finish (the peer vanished or broke the protocol, or
+ * the time ran out): nothing can say which bytes arrived, so the TCP
+ * connection is reset (connect with AF_UNSPEC sends the reset and keeps the
+ * socket) and handed to the application, whose calls then fail.
+ */
+static void down_abort(struct ss_sock *s, int err)
+{
+	struct sockaddr sa = {.sa_family = AF_UNSPEC};
+
+	ss_log_error("fd %d: the move back to TCP failed (%s): the connection is reset", s->fds[0],
+		     err == -ETIMEDOUT ? "no answer in time" : strerror(-err));
+	down_free(s);
+	ss_real.connect(s->tcp_fd, &sa, sizeof(sa));
+	free(s->hold);
+	s->hold = NULL;
+	s->hold_len = 0;
+	s->shut_wr_held = false;
+}
+
+int ss_down_step(struct ss_sock *s)
+{
+	struct ss_down *d = s->down;
+	int r = d->failed ? -ECONNRESET : 0;
+
+	d->events = 0;
+	d->look_at = 0;
+	if (r == 0 && ss_now_ms() >= d->deadline)
+		r = -ETIMEDOUT;
+	while (r == 0 && (r = down_send(s, d)) == 0 && !d->returned)
+		r = down_build_return(s, d);
+	if (r == 0 || r == -EAGAIN) {
+		int rd = down_read(s, d);
+
+		r = rd ? rd : r;
+	}
+	if (r == 0 && d->returned && d->out_off == d->out_len && d->in_done)
+		r = down_finish(s, d);
+	else if (r == 0)
+		r = -EAGAIN;
+	if (r == -EAGAIN) {
+		/* The deadline is looked at even when nothing else happens. */
+		ss_bg_kick(s, d->look_at && d->look_at < d->deadline ? d->look_at : d->deadline);
+		return r;
+	}
+	if (r)
+		down_abort(s, r);
+	else
+		down_free(s);
+	return 0;
+}
+
+unsigned ss_down_events(struct ss_sock *s)
+{
+	return s->down ? s->down->events : EPOLLOUT;
+}
+
+void ss_down_free(struct ss_sock *s)
+{
+	if (s->down)
+		down_free(s);
+}
