@@ -352,6 +352,9 @@ EXPORT ssize_t sendmsg(int fd, const struct msghdr *msg, int flags)
 	ssize_t r;
 
 	real_ready();
+	/* A connection passed to another process moves back to TCP first (down.c). */
+	if (msg->msg_controllen && msg->msg_control)
+		ss_down_passed_fds(msg);
 	r = ss_io_send(fd, msg->msg_iov, (int)msg->msg_iovlen, flags, &handled);
 	return handled ? to_libc(r) : ss_real.sendmsg(fd, msg, flags);
 }
@@ -374,39 +377,58 @@ EXPORT void _Exit(int code)
 	__builtin_unreachable();
 }
 
-/* An exec keeps the open sockets (their fds survive); what was closed is delivered first. */
+/*
+ * An exec: what was closed is delivered first, and each upgraded connection
+ * whose fd the new image inherits moves back onto its TCP connection
+ * (down.c), so that the new image gets a TCP socket with the stream intact.
+ */
+static void exec_prepare(void)
+{
+	if (!ss_in_call && !ss_in_vfork_child())
+		ss_down_before_exec();
+	ss_shim_leaving(false);
+}
+
 EXPORT int execve(const char *path, char *const argv[], char *const envp[])
 {
 	real_ready();
-	ss_shim_leaving(false);
+	exec_prepare();
 	return ss_real.execve(path, argv, envp);
 }
 
 EXPORT int execv(const char *path, char *const argv[])
 {
 	real_ready();
-	ss_shim_leaving(false);
+	exec_prepare();
 	return ss_real.execv(path, argv);
 }
 
 EXPORT int execvp(const char *file, char *const argv[])
 {
 	real_ready();
-	ss_shim_leaving(false);
+	exec_prepare();
 	return ss_real.execvp(file, argv);
 }
 
 EXPORT int execvpe(const char *file, char *const argv[], char *const envp[])
 {
 	real_ready();
-	ss_shim_leaving(false);
+	exec_prepare();
 	return ss_real.execvpe(file, argv, envp);
+}
+
+/* stdio reads and writes with glibc's own calls, past the shim: the connection moves first. */
+EXPORT FILE *fdopen(int fd, const char *mode)
+{
+	real_ready();
+	ss_down_fd(fd);
+	return ss_real.fdopen(fd, mode);
 }
 
 EXPORT int fexecve(int fd, char *const argv[], char *const envp[])
 {
 	real_ready();
-	ss_shim_leaving(false);
+	exec_prepare();
 	return ss_real.fexecve(fd, argv, envp);
 }
 

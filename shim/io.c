@@ -699,6 +699,11 @@ ssize_t ss_io_recv(int fd, const struct iovec *iov, int n, int flags, bool *hand
 			break;
 		case SS_SOCK_UPGRADED:
 		case SS_SOCK_FOREIGN:
+			/* No urgent data is ever pending on an upgraded stream: TCP's answer. */
+			if (flags & MSG_OOB) {
+				r = -EINVAL;
+				break;
+			}
 			r = io_up_recv(s, fd, iov, n, flags);
 			if (r == -SS_REDO)
 				continue;
@@ -748,6 +753,9 @@ ssize_t ss_io_send(int fd, const struct iovec *iov, int n, int flags, bool *hand
 	*handled = false;
 	if (!s)
 		return 0;
+	/* Urgent data is TCP's alone: the connection moves back to TCP first (down.c). */
+	if ((flags & MSG_OOB) && ss_sock_state(s) == SS_SOCK_UPGRADED)
+		ss_down_now(s);
 	if (ss_sock_state(s) < SS_SOCK_CONNECTING || ss_sock_state(s) == SS_SOCK_PLAIN) {
 		/* Not (or no longer) ours: libc's call, unless a decision is due. */
 		if (ss_sock_state(s) == SS_SOCK_PLAIN)

@@ -4,6 +4,7 @@
 
 #include <poll.h>
 #include <signal.h>
+#include <stdio.h>
 #include <sys/epoll.h>
 #include <sys/select.h>
 #include <sys/socket.h>
@@ -54,6 +55,7 @@
 	X(execvp, int, (const char *, char *const[]))                                              \
 	X(execvpe, int, (const char *, char *const[], char *const[]))                              \
 	X(fexecve, int, (int, char *const[], char *const[]))                                       \
+	X(fdopen, FILE *, (int, const char *))                                                     \
 	X(epoll_create, int, (int))                                                                \
 	X(epoll_create1, int, (int))                                                               \
 	X(epoll_wait, int, (int, struct epoll_event *, int, int))                                  \

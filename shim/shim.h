@@ -224,6 +224,24 @@ unsigned ss_down_events(struct ss_sock *s);
 /* Frees an unfinished exchange (the socket is being freed). */
 void ss_down_free(struct ss_sock *s);
 
+/*
+ * Moves s back to TCP and waits until its fd is the TCP socket (no lock
+ * held): before an exec, an fd passed away, stdio, urgent data. Bounded by
+ * twice SRQSHIM_LINGER_MS (the move, then its bytes to TCP); what cannot
+ * finish resets the connection. Returns 0 when the fd is the TCP socket,
+ * -EOPNOTSUPP when the peer cannot move, or -errno.
+ */
+int ss_down_now(struct ss_sock *s);
+
+/* ss_down_now() for fd when it names an upgraded (or moving) connection; 0 otherwise. */
+int ss_down_fd(int fd);
+
+/* Every upgraded connection among the fds a message passes (SCM_RIGHTS) moves first. */
+void ss_down_passed_fds(const struct msghdr *msg);
+
+/* Every upgraded connection whose fd survives an exec moves first (all at once). */
+void ss_down_before_exec(void);
+
 /* ---- the operator's channel (ctlchan.c) ---- */
 
 /* Opens the process's channel for srqshim-ctl, watched by the progress thread (once). */

@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# A connection that changes hands mid-stream (docs/protocol.md, section 4):
+# the server echoes the first quarter of the client's stream itself, then
+# execs a program that inherits the connection (inetd without the fork),
+# passes it to another process with SCM_RIGHTS, or hands it to stdio; the
+# new owner echoes the rest. Bytes are in flight both ways at that moment.
+# Each case runs over kernel TCP first, then under the shim in both modes:
+# the client checks every echoed byte; under the shim the first quarter
+# went over RDMA and the rest over TCP. Then urgent data (MSG_OOB), whose
+# observations must be those of kernel TCP.
+. "$(dirname "$0")/lib.sh"
+need_rdma
+
+bytes=$((16 << 20))
+# SRQSHIM_HANDOVER_CASES: a subset to run (all by default).
+cases=${SRQSHIM_HANDOVER_CASES:-exec pass stdio oob}
+port=9800
+HC=$BUILD/tests/handover_check
+
+run_case() { # how, label, server prefix..., --, client prefix...
+	local how=$1 label=$2 before spid
+	shift 2
+	local -a srv=() cli=()
+	while [ "$1" != -- ]; do srv+=("$1"); shift; done
+	shift
+	cli=("$@")
+	port=$((port + 1))
+	before=$(rdma_pkts)
+	"${srv[@]}" "$HC" server "$ADDR" $port $bytes "$how" > "$WORK/server.log" 2>&1 &
+	spid=$!
+	wait_listen $port
+	timeout 300 "${cli[@]}" "$HC" client "$ADDR" $port $bytes > "$WORK/client.log" 2>&1 \
+		|| { cat "$WORK/client.log" "$WORK/server.log"; fail "$how ($label): client"; }
+	wait $spid || { cat "$WORK/server.log"; fail "$how ($label): server"; }
+	grep -qi "error" "$WORK/client.log" "$WORK/server.log" && { cat "$WORK/client.log" "$WORK/server.log"; fail "$how ($label): errors logged"; }
+	PKTS=$(( $(rdma_pkts) - before ))
+	TCP_RX=$(sed -n 's/.*tcp_bytes_received=\([0-9]*\).*/\1/p' "$WORK/client.log")
+}
+
+for how in $cases; do
+	[ "$how" = oob ] && continue
+	run_case $how "kernel TCP" env -- env
+	[ "$PKTS" -lt 100 ] || fail "$how: $PKTS RDMA packets without the shim"
+	pass "$how over kernel TCP: $bytes bytes echoed and checked"
+	for mode in srq rq; do
+		run_case $how "$mode" env LD_PRELOAD="$PRELOAD" SRQSHIM_MODE=$mode -- \
+			env LD_PRELOAD="$PRELOAD" SRQSHIM_MODE=$mode
+		# The first quarter each way over RDMA (4 KiB packets at most), the rest over TCP.
+		[ "$PKTS" -ge $((bytes / 4 / 4096 * 2)) ] || fail "$how ($mode): only $PKTS RDMA packets"
+		[ "$TCP_RX" -ge $((bytes / 2)) ] || fail "$how ($mode): TCP carried only $TCP_RX bytes"
+		pass "$how ($mode): $bytes bytes echoed and checked, $PKTS RDMA packets, $TCP_RX bytes over TCP after the handover"
+	done
+done
+
+# Urgent data: the same observations as kernel TCP (EINVAL before any, the
+# urgent byte apart from the stream, the stream intact).
+oob() {
+	port=$((port + 1))
+	"$@" "$HC" oob-server "$ADDR" $port > "$WORK/oob-server.log" 2>&1 &
+	local spid=$!
+	wait_listen $port
+	timeout 60 "$@" "$HC" oob-client "$ADDR" $port > "$WORK/oob-client.log" 2>&1 \
+		|| { cat "$WORK/oob-client.log" "$WORK/oob-server.log"; fail "MSG_OOB: client"; }
+	wait $spid || { cat "$WORK/oob-server.log"; fail "MSG_OOB: server"; }
+	grep -v listening "$WORK/oob-server.log"
+}
+case " $cases " in *" oob "*) ;; *) exit 0 ;; esac
+want=$(oob env)
+echo "$want" | grep -q "urgent 1 '!'" || fail "MSG_OOB over kernel TCP: $want"
+for mode in srq rq; do
+	got=$(oob env LD_PRELOAD="$PRELOAD" SRQSHIM_MODE=$mode)
+	[ "$got" = "$want" ] || fail "MSG_OOB ($mode): $got, kernel TCP: $want"
+	pass "MSG_OOB ($mode): as kernel TCP: $(echo "$got" | tr '\n' ' ')"
+done

@@ -1,0 +1,340 @@
+/*
+ * handover_check: a connection that changes hands mid-stream, as servers
+ * hand theirs to other code: an exec'd program (inetd, CGI), another
+ * process (SCM_RIGHTS), stdio. The client streams a pseudo-random pattern
+ * from a writer thread while a reader thread checks the echo; the server
+ * echoes the first quarter itself, then hands the connection over and the
+ * new owner echoes the rest. Bytes are in flight both ways at the moment
+ * of the handover. Also urgent data: TCP's MSG_OOB beside the stream.
+ *
+ *   handover_check client ADDR PORT BYTES
+ *   handover_check server ADDR PORT BYTES exec|pass|stdio
+ *   handover_check oob-client ADDR PORT
+ *   handover_check oob-server ADDR PORT
+ *
+ * Exit status 0: every byte (and the urgent byte) where it belongs.
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/tcp.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "tools/prog.h"
+
+static const char *self;
+
+static uint8_t pattern(uint64_t i)
+{
+	uint64_t x = (i >> 3) * 0x9e3779b97f4a7c15ull;
+
+	return (uint8_t)((x >> 29) ^ (x >> 41) ^ i);
+}
+
+static void fail(const char *what)
+{
+	fprintf(stderr, "handover_check: %s\n", what);
+	exit(1);
+}
+
+/* ---- client ---- */
+
+struct client {
+	int fd;
+	uint64_t bytes;
+};
+
+static void *client_writer(void *arg)
+{
+	struct client *c = arg;
+	uint8_t buf[9000];
+	uint64_t off = 0;
+	unsigned seed = 7;
+
+	while (off < c->bytes) {
+		size_t n = 1 + (size_t)(rand_r(&seed) % sizeof(buf));
+
+		if (n > c->bytes - off)
+			n = (size_t)(c->bytes - off);
+		for (size_t i = 0; i < n; i++)
+			buf[i] = pattern(off + i);
+		ssize_t w = write(c->fd, buf, n);
+
+		if (w <= 0)
+			prog_die("write");
+		off += (uint64_t)w;
+	}
+	shutdown(c->fd, SHUT_WR);
+	return NULL;
+}
+
+static int run_client(const char *addr, int port, uint64_t bytes)
+{
+	struct sockaddr_in sa = prog_address(addr, port);
+	struct client c = {.bytes = bytes};
+	struct tcp_info ti;
+	socklen_t len = sizeof(ti);
+	uint8_t buf[65536];
+	uint64_t off = 0;
+	pthread_t t;
+
+	c.fd = socket(AF_INET, SOCK_STREAM, 0);
+	if (c.fd < 0 || connect(c.fd, (struct sockaddr *)&sa, sizeof(sa)) != 0)
+		prog_die("connect");
+	pthread_create(&t, NULL, client_writer, &c);
+	for (;;) {
+		ssize_t n = read(c.fd, buf, sizeof(buf));
+
+		if (n < 0)
+			prog_die("read");
+		if (n == 0)
+			break;
+		for (ssize_t i = 0; i < n; i++)
+			if (buf[i] != pattern(off + (uint64_t)i)) {
+				fprintf(stderr, "handover_check: echo byte %llu differs\n",
+					(unsigned long long)(off + (uint64_t)i));
+				exit(1);
+			}
+		off += (uint64_t)n;
+	}
+	pthread_join(t, NULL);
+	if (off != bytes) {
+		fprintf(stderr, "handover_check: %llu of %llu bytes echoed\n",
+			(unsigned long long)off, (unsigned long long)bytes);
+		return 1;
+	}
+	memset(&ti, 0, sizeof(ti));
+	getsockopt(c.fd, IPPROTO_TCP, TCP_INFO, &ti, &len);
+	printf("handover_check: client: %llu bytes echoed and checked; tcp_bytes_received=%llu\n",
+	       (unsigned long long)bytes, (unsigned long long)ti.tcpi_bytes_received);
+	return 0;
+}
+
+/* ---- server ---- */
+
+/* Echoes up to want bytes (to the end of the stream with want 0); returns the count. */
+static uint64_t echo_fd(int fd, uint64_t want)
+{
+	uint8_t buf[4096];
+	uint64_t done = 0;
+
+	while (!want || done < want) {
+		size_t ask =
+			want && want - done < sizeof(buf) ? (size_t)(want - done) : sizeof(buf);
+		ssize_t n = read(fd, buf, ask);
+
+		if (n < 0)
+			prog_die("read");
+		if (n == 0)
+			break;
+		for (ssize_t k = 0; k < n;) {
+			ssize_t w = write(fd, buf + k, (size_t)(n - k));
+
+			if (w <= 0)
+				prog_die("write");
+			k += w;
+		}
+		done += (uint64_t)n;
+	}
+	return done;
+}
+
+/* stdio's own reads and writes (glibc calls the kernel itself, past the shim). */
+static uint64_t echo_stdio(int fd)
+{
+	FILE *in = fdopen(dup(fd), "r"), *out = fdopen(fd, "w");
+	char buf[4096];
+	uint64_t done = 0;
+	size_t n;
+
+	if (!in || !out)
+		prog_die("fdopen");
+	setvbuf(in, NULL, _IONBF, 0);
+	while ((n = fread(buf, 1, sizeof(buf), in)) > 0) {
+		if (fwrite(buf, 1, n, out) != n || fflush(out) != 0)
+			prog_die("fwrite");
+		done += n;
+	}
+	fclose(in);
+	fclose(out);
+	return done;
+}
+
+static int passed_fd(int unix_fd)
+{
+	char one;
+	union {
+		struct cmsghdr h;
+		char space[CMSG_SPACE(sizeof(int))];
+	} u;
+	struct iovec v = {&one, 1};
+	struct msghdr m = {
+		.msg_iov = &v, .msg_iovlen = 1, .msg_control = &u, .msg_controllen = sizeof(u)};
+	struct cmsghdr *c;
+	int fd;
+
+	if (recvmsg(unix_fd, &m, 0) != 1 || !(c = CMSG_FIRSTHDR(&m)) || c->cmsg_type != SCM_RIGHTS)
+		fail("no fd passed");
+	memcpy(&fd, CMSG_DATA(c), sizeof(int));
+	return fd;
+}
+
+static void pass_fd(int unix_fd, int fd)
+{
+	char one = 'f';
+	union {
+		struct cmsghdr h;
+		char space[CMSG_SPACE(sizeof(int))];
+	} u;
+	struct iovec v = {&one, 1};
+	struct msghdr m = {
+		.msg_iov = &v, .msg_iovlen = 1, .msg_control = &u, .msg_controllen = sizeof(u)};
+	struct cmsghdr *c = CMSG_FIRSTHDR(&m);
+
+	c->cmsg_level = SOL_SOCKET;
+	c->cmsg_type = SCM_RIGHTS;
+	c->cmsg_len = CMSG_LEN(sizeof(int));
+	memcpy(CMSG_DATA(c), &fd, sizeof(int));
+	if (sendmsg(unix_fd, &m, 0) != 1)
+		prog_die("sendmsg");
+}
+
+static int listen_on(const char *addr, int port)
+{
+	struct sockaddr_in sa = prog_address(addr, port);
+	int one = 1, l = socket(AF_INET, SOCK_STREAM, 0);
+
+	setsockopt(l, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+	if (l < 0 || bind(l, (struct sockaddr *)&sa, sizeof(sa)) != 0 || listen(l, 4) != 0)
+		prog_die("listen");
+	printf("handover_check: listening\n");
+	fflush(stdout);
+	return l;
+}
+
+static int run_server(const char *addr, int port, uint64_t bytes, const char *how)
+{
+	int sp[2] = {-1, -1}, l, fd, status;
+	pid_t child = -1;
+
+	/* The process the connection goes to exists before the connection does. */
+	if (strcmp(how, "pass") == 0) {
+		if (socketpair(AF_UNIX, SOCK_STREAM, 0, sp) != 0)
+			prog_die("socketpair");
+		child = fork();
+		if (child == 0) {
+			close(sp[0]);
+			fd = passed_fd(sp[1]);
+			echo_fd(fd, 0);
+			_exit(0);
+		}
+		close(sp[1]);
+	}
+	l = listen_on(addr, port);
+	fd = accept(l, NULL, NULL);
+	if (fd < 0)
+		prog_die("accept");
+	close(l);
+	if (echo_fd(fd, bytes / 4) != bytes / 4)
+		fail("the stream ended early");
+	if (strcmp(how, "exec") == 0) {
+		char fdbuf[16];
+
+		snprintf(fdbuf, sizeof(fdbuf), "%d", fd);
+		fcntl(fd, F_SETFD, 0); /* inherited by the new image */
+		execl(self, "handover_check", "echo-fd", fdbuf, (char *)NULL);
+		prog_die("execl");
+	}
+	if (strcmp(how, "stdio") == 0) {
+		echo_stdio(fd);
+		return 0;
+	}
+	pass_fd(sp[0], fd);
+	close(fd);
+	if (waitpid(child, &status, 0) != child || !WIFEXITED(status) || WEXITSTATUS(status))
+		fail("the process the connection was passed to failed");
+	return 0;
+}
+
+/* ---- urgent data ---- */
+
+static int run_oob_client(const char *addr, int port)
+{
+	struct sockaddr_in sa = prog_address(addr, port);
+	int fd = socket(AF_INET, SOCK_STREAM, 0);
+	char k;
+
+	if (fd < 0 || connect(fd, (struct sockaddr *)&sa, sizeof(sa)) != 0)
+		prog_die("connect");
+	/* Data first, answered: the connection carries a stream before the urgent byte. */
+	if (write(fd, "abc", 3) != 3 || read(fd, &k, 1) != 1)
+		prog_die("first exchange");
+	if (send(fd, "!", 1, MSG_OOB) != 1)
+		prog_die("send MSG_OOB");
+	if (write(fd, "def", 3) != 3)
+		prog_die("write");
+	shutdown(fd, SHUT_WR);
+	if (read(fd, &k, 1) != 0)
+		fail("no end of stream from the server");
+	printf("handover_check: oob-client: sent abc, urgent !, def\n");
+	return 0;
+}
+
+static int run_oob_server(const char *addr, int port)
+{
+	int l = listen_on(addr, port), fd = accept(l, NULL, NULL);
+	char buf[16], urgent = 0, none;
+	size_t got = 0;
+	ssize_t n;
+
+	if (fd < 0)
+		prog_die("accept");
+	/* No urgent data yet: TCP says EINVAL. */
+	n = recv(fd, &none, 1, MSG_OOB);
+	printf("handover_check: oob-server: before: %zd %s\n", n, n < 0 ? strerror(errno) : "");
+	while (got < 3 && (n = read(fd, buf + got, 3 - got)) > 0)
+		got += (size_t)n;
+	if (write(fd, "k", 1) != 1)
+		prog_die("write");
+	/* The urgent byte shows as POLLPRI, and is read apart from the stream. */
+	struct pollfd p = {.fd = fd, .events = POLLPRI};
+	int pr = poll(&p, 1, 10000);
+
+	printf("handover_check: oob-server: poll %d, POLLPRI %d\n", pr, !!(p.revents & POLLPRI));
+	n = recv(fd, &urgent, 1, MSG_OOB);
+	printf("handover_check: oob-server: urgent %zd '%c'\n", n, n == 1 ? urgent : '-');
+	while ((n = read(fd, buf + got, sizeof(buf) - 1 - got)) > 0)
+		got += (size_t)n;
+	buf[got] = 0;
+	printf("handover_check: oob-server: inline \"%s\"\n", buf);
+	close(fd);
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	self = "/proc/self/exe";
+	if (argc == 3 && strcmp(argv[1], "echo-fd") == 0) {
+		echo_fd(atoi(argv[2]), 0);
+		return 0;
+	}
+	if (argc == 5 && strcmp(argv[1], "client") == 0)
+		return run_client(argv[2], atoi(argv[3]), strtoull(argv[4], NULL, 0));
+	if (argc == 6 && strcmp(argv[1], "server") == 0)
+		return run_server(argv[2], atoi(argv[3]), strtoull(argv[4], NULL, 0), argv[5]);
+	if (argc == 4 && strcmp(argv[1], "oob-client") == 0)
+		return run_oob_client(argv[2], atoi(argv[3]));
+	if (argc == 4 && strcmp(argv[1], "oob-server") == 0)
+		return run_oob_server(argv[2], atoi(argv[3]));
+	fprintf(stderr, "usage: see the comment at the top of tests/handover_check.c\n");
+	return 2;
+}
