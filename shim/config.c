@@ -34,6 +34,7 @@ static const char *const test_points[SS_TP__COUNT] = {
 	[SS_TP_FIRST_READ] = "first-read",
 	[SS_TP_SERVER_PAIR] = "server-pair",
 	[SS_TP_LOAD] = "load",
+	[SS_TP_DOWN_RETURN] = "down-return",
 };
 /* clang-format on */
 

@@ -45,12 +45,13 @@ enum ss_test_point {
 	SS_TP_FIRST_READ,    /* server: a blocking read, between its state check and its wait */
 	SS_TP_SERVER_PAIR,   /* server: the HELLO taken, before the socketpair goes on the fd */
 	SS_TP_LOAD,          /* before the transport module is loaded */
+	SS_TP_DOWN_RETURN,   /* a live downgrade: the peer's RDMA stream ended, before RETURN */
 	SS_TP__COUNT,
 };
 
 /*
  * Parses "point=ms[,point=ms...]" (points: client-hello, client-ready,
- * server-ack, server-accept, first-read, server-pair, load) into ms[]. Returns 0 or
+ * server-ack, server-accept, first-read, server-pair, load, down-return) into ms[]. Returns 0 or
  * -EINVAL with a message.
  */
 int ss_test_delays_parse(const char *value, int ms[SS_TP__COUNT], char *err, size_t errlen);

@@ -161,6 +161,7 @@ static int down_build_return(struct ss_sock *s, struct ss_down *d)
 	}
 	if (r < 0)
 		return r;
+	ss_test_delay(SS_TP_DOWN_RETURN);
 	for (;;) {
 		ssize_t n;
 

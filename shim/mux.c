@@ -247,6 +247,9 @@ static bool poll_on_mirror(struct ss_sock *s)
 	       st != SS_SOCK_PLAIN;
 }
 
+/* The slice of a kernel wait on a socket falling back to TCP. */
+#define POLL_MOVING_MS 20
+
 /* One round of ss_poll; *moved: a socket of ours left RDMA meanwhile (ask again). */
 static int poll_once(struct pollfd *fds, nfds_t n, int timeout_ms, const sigset_t *mask,
 		     unsigned sig_base, bool *handled, bool *moved)
@@ -254,6 +257,7 @@ static int poll_once(struct pollfd *fds, nfds_t n, int timeout_ms, const sigset_
 	struct ss_sock *stack[2 * POLL_STACK], **mir, *s;
 	struct poll_call pc = {.fds = fds, .n = n};
 	int ours = 0, mirrored = 0, ret = 0;
+	bool moving = false; /* a socket on its way back to TCP: its fd changes object soon */
 
 	*handled = false;
 	if (!ss_wait_has_transport() || n == 0)
@@ -276,6 +280,7 @@ static int poll_once(struct pollfd *fds, nfds_t n, int timeout_ms, const sigset_
 			 */
 			ss_ready_mirror_get(s);
 			mir[mirrored++] = s;
+			moving |= ss_sock_state(s) == SS_SOCK_FALLBACK;
 		} else {
 			/* An epoll instance polled here is answered by the kernel from now on. */
 			if (!s && fds[i].fd >= 0 && ss_epoll_is_ours(fds[i].fd))
@@ -290,11 +295,18 @@ static int poll_once(struct pollfd *fds, nfds_t n, int timeout_ms, const sigset_
 			ret = poll_run(&pc, timeout_ms, mask, sig_base);
 		free(pc.k);
 	} else if (mirrored) {
+		/*
+		 * Falling back: the kernel's wait is on what the fd names now,
+		 * which becomes the TCP socket: in slices, each a new look.
+		 */
+		int t = moving && (timeout_ms < 0 || timeout_ms > POLL_MOVING_MS) ? POLL_MOVING_MS
+										  : timeout_ms;
 		struct timespec ts;
 
 		*handled = true;
-		ret = ss_real.ppoll(fds, n, poll_ts(timeout_ms, &ts), mask);
+		ret = ss_real.ppoll(fds, n, poll_ts(t, &ts), mask);
 		ret = ret < 0 ? -errno : ret;
+		pc.moved = ret == 0 && t != timeout_ms;
 	}
 	for (int i = 0; i < mirrored; i++) {
 		ss_ready_mirror_put(mir[i]);

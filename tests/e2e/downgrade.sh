@@ -16,16 +16,20 @@ port=9700
 # Bytes the server's one connection received over RDMA so far (0 when not shown).
 server_rx() { status_of "$1" "sum(c['rx_bytes'] for c in p['connections'] if c['state'] == 'upgraded')" 2> /dev/null || echo 0; }
 
-run_case() {
-	local name=$1 style=$2 who=$3 spid cpid rx=0 out
+# Starts stream_check at both ends ($1: style; SERVER_ENV, CLIENT_ENV: more
+# variables), waits until a few MiB went over RDMA and asks for the move
+# ($2: server, client, both). Sets spid, cpid, rx.
+start_and_move() {
+	local name=$1 style=$2 who=$3 out
 	port=$((port + 1))
-	"${SERVED[@]}" "$BUILD/tests/stream_check" server "$ADDR" $port "$style" $bytes \
+	"${SERVED[@]}" ${SERVER_ENV:-} "$BUILD/tests/stream_check" server "$ADDR" $port "$style" $bytes \
 		> "$WORK/server.log" 2>&1 &
 	spid=$!
 	wait_listen $port
-	"${SHIMMED[@]}" "$BUILD/tests/stream_check" client "$ADDR" $port "$style" $bytes \
+	"${SHIMMED[@]}" ${CLIENT_ENV:-} "$BUILD/tests/stream_check" client "$ADDR" $port "$style" $bytes \
 		> "$WORK/client.log" 2>&1 &
 	cpid=$!
+	rx=0
 	# Mid-stream: once a few MiB went over RDMA.
 	for _ in $(seq 1 400); do
 		rx=$(server_rx $spid)
@@ -50,6 +54,11 @@ run_case() {
 		;;
 	esac
 	case $out in "1 connection"*) ;; *) fail "$name: srqshim-ctl said: $out" ;; esac
+}
+
+run_case() {
+	local name=$1 spid cpid rx
+	start_and_move "$@"
 	timeout 300 tail --pid=$cpid -f /dev/null
 	wait $cpid || { cat "$WORK/client.log" "$WORK/server.log"; fail "$name: client"; }
 	wait $spid || { cat "$WORK/server.log"; fail "$name: server"; }
@@ -67,3 +76,62 @@ run_case() {
 run_case "the server moves the connection" block server
 run_case "the client moves the connection" epoll-lt client
 run_case "both ends move it at once" poll both
+
+# The rule for a peer that answers late (docs/protocol.md, section 4): within
+# SRQSHIM_LINGER_MS the move completes; past it the connection is reset, and
+# both ends see an error, never a wrong byte.
+CLIENT_ENV=SRQSHIM_TEST_DELAYS=down-return=1500 \
+	run_case "the peer's RETURN 1.5 s late (bound 5 s)" block server
+SERVER_ENV=SRQSHIM_LINGER_MS=1000 CLIENT_ENV=SRQSHIM_TEST_DELAYS=down-return=2500 \
+	start_and_move "the peer's RETURN 2.5 s late (bound 1 s)" block server
+name="the peer's RETURN 2.5 s late (bound 1 s)"
+timeout 60 tail --pid=$cpid -f /dev/null || fail "$name: the client still runs"
+crc=0 src=0
+wait $cpid || crc=$?
+wait $spid || src=$?
+# Each application's next call fails (a write on a reset TCP connection: EPIPE and
+# SIGPIPE, exit status 141), and the shim says why in its log.
+[ $crc -ne 0 ] && [ $src -ne 0 ] || fail "$name: exit status client $crc, server $src"
+grep -q "differs" "$WORK/client.log" "$WORK/server.log" && { cat "$WORK/client.log" "$WORK/server.log"; fail "$name: a wrong byte"; }
+for log in "$WORK/client.log" "$WORK/server.log"; do
+	grep -q "the move back to TCP failed.*the connection is reset" "$log" || { cat "$log"; fail "$name: no reset said in $log"; }
+done
+pass "$name: both ends reset (exit status client $crc, server $src; the server: $(grep -o 'failed ([^)]*)' "$WORK/server.log"))"
+
+# An operator takes the device's connections down while a service runs:
+# redis-benchmark's 10 connections move back to TCP mid-run, and no request
+# fails.
+port=6420
+"${SERVED[@]}" redis-server --bind "$ADDR" --port $port --save '' --appendonly no \
+	--protected-mode no > "$WORK/redis.log" 2>&1 &
+rpid=$!
+wait_listen $port
+"${SHIMMED[@]}" redis-benchmark -h "$ADDR" -p $port -c 10 -n 100000 -t set,get -d 64 -r 1000 \
+	--csv > "$WORK/bench.csv" 2> "$WORK/bench.err" &
+bpid=$!
+up=0
+for _ in $(seq 1 200); do
+	up=$(upgraded_now $rpid "$CLIENT_MODE")
+	[ "$up" -ge 10 ] && break
+	sleep 0.05
+done
+[ "$up" -ge 10 ] || fail "redis: $up connections upgraded before the move"
+sleep 0.5
+alive $bpid || fail "redis: the benchmark ended before the move"
+out=$("$BUILD/tools/srqshim-ctl" downgrade --pid $rpid)
+case $out in "10 connection"*) ;; *) fail "redis: srqshim-ctl said: $out" ;; esac
+moved=0
+for _ in $(seq 1 100); do
+	moved=$(status_of $rpid "sum(1 for c in p['connections'] if c['state'] == 'tcp' and c['reason'] == 'downgraded')" 2> /dev/null || echo 0)
+	[ "$moved" -ge 10 ] && break
+	sleep 0.05
+done
+[ "$moved" -ge 10 ] || fail "redis: srqshim-ctl shows $moved connections moved back to TCP"
+alive $bpid || fail "redis: the benchmark ended before its connections were shown moved"
+wait $bpid || { cat "$WORK/bench.err"; fail "redis-benchmark"; }
+grep -q '^"SET"' "$WORK/bench.csv" && grep -q '^"GET"' "$WORK/bench.csv" || { cat "$WORK/bench.csv" "$WORK/bench.err"; fail "redis: benchmark results"; }
+[ ! -s "$WORK/bench.err" ] || { cat "$WORK/bench.err"; fail "redis: the benchmark reported errors"; }
+[ "$(shimmed redis-cli -h "$ADDR" -p $port set key:after ok)" = OK ] || fail "redis: SET after the move"
+grep -i "srqshim.*error" "$WORK/redis.log" && fail "redis: the server logged shim errors"
+kill $rpid; wait $rpid 2> /dev/null || true
+pass "redis-benchmark: 10 connections moved back to TCP mid-run (shown as downgraded), every request answered"
