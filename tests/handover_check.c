@@ -169,20 +169,36 @@ static uint64_t echo_stdio(int fd)
 	return done;
 }
 
-static int passed_fd(int unix_fd)
-{
+/* A one-byte message with room for one fd (SCM_RIGHTS). */
+struct fd_msg {
 	char one;
 	union {
 		struct cmsghdr h;
 		char space[CMSG_SPACE(sizeof(int))];
 	} u;
-	struct iovec v = {&one, 1};
-	struct msghdr m = {
-		.msg_iov = &v, .msg_iovlen = 1, .msg_control = &u, .msg_controllen = sizeof(u)};
+	struct iovec v;
+	struct msghdr m;
+};
+
+static void fd_msg_init(struct fd_msg *f)
+{
+	f->one = 'f';
+	f->v = (struct iovec){&f->one, 1};
+	f->m = (struct msghdr){.msg_iov = &f->v,
+			       .msg_iovlen = 1,
+			       .msg_control = &f->u,
+			       .msg_controllen = sizeof(f->u)};
+}
+
+static int passed_fd(int unix_fd)
+{
+	struct fd_msg f;
 	struct cmsghdr *c;
 	int fd;
 
-	if (recvmsg(unix_fd, &m, 0) != 1 || !(c = CMSG_FIRSTHDR(&m)) || c->cmsg_type != SCM_RIGHTS)
+	fd_msg_init(&f);
+	if (recvmsg(unix_fd, &f.m, 0) != 1 || !(c = CMSG_FIRSTHDR(&f.m)) ||
+	    c->cmsg_type != SCM_RIGHTS)
 		fail("no fd passed");
 	memcpy(&fd, CMSG_DATA(c), sizeof(int));
 	return fd;
@@ -190,21 +206,16 @@ static int passed_fd(int unix_fd)
 
 static void pass_fd(int unix_fd, int fd)
 {
-	char one = 'f';
-	union {
-		struct cmsghdr h;
-		char space[CMSG_SPACE(sizeof(int))];
-	} u;
-	struct iovec v = {&one, 1};
-	struct msghdr m = {
-		.msg_iov = &v, .msg_iovlen = 1, .msg_control = &u, .msg_controllen = sizeof(u)};
-	struct cmsghdr *c = CMSG_FIRSTHDR(&m);
+	struct fd_msg f;
+	struct cmsghdr *c;
 
+	fd_msg_init(&f);
+	c = CMSG_FIRSTHDR(&f.m);
 	c->cmsg_level = SOL_SOCKET;
 	c->cmsg_type = SCM_RIGHTS;
 	c->cmsg_len = CMSG_LEN(sizeof(int));
 	memcpy(CMSG_DATA(c), &fd, sizeof(int));
-	if (sendmsg(unix_fd, &m, 0) != 1)
+	if (sendmsg(unix_fd, &f.m, 0) != 1)
 		prog_die("sendmsg");
 }
 
