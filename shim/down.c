@@ -13,8 +13,6 @@
  * call that waits for it.
  */
 #include <errno.h>
-#include <fcntl.h>
-#include <poll.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
@@ -279,18 +277,24 @@ static void down_free(struct ss_sock *s)
  * connection is reset (connect with AF_UNSPEC sends the reset and keeps the
  * socket) and handed to the application, whose calls then fail.
  */
-static void down_abort(struct ss_sock *s, int err)
+static void down_reset(struct ss_sock *s)
 {
 	struct sockaddr sa = {.sa_family = AF_UNSPEC};
 
-	ss_log_error("fd %d: the move back to TCP failed (%s): the connection is reset", s->fds[0],
-		     err == -ETIMEDOUT ? "no answer in time" : strerror(-err));
-	down_free(s);
+	if (s->down)
+		down_free(s);
 	ss_real.connect(s->tcp_fd, &sa, sizeof(sa));
 	free(s->hold);
 	s->hold = NULL;
 	s->hold_len = 0;
 	s->shut_wr_held = false;
+}
+
+static void down_abort(struct ss_sock *s, int err)
+{
+	ss_log_error("fd %d: the move back to TCP failed (%s): the connection is reset", s->fds[0],
+		     err == -ETIMEDOUT ? "no answer in time" : strerror(-err));
+	down_reset(s);
 }
 
 int ss_down_step(struct ss_sock *s)
@@ -336,139 +340,15 @@ void ss_down_free(struct ss_sock *s)
 		down_free(s);
 }
 
-/* ---- moves the caller waits for: exec, an fd passed away, stdio, urgent data ---- */
-
-/* Gives up on what is left (lock held): the connection is reset, the fd becomes the TCP socket. */
-static void down_give_up(struct ss_sock *s)
+void ss_down_give_up(struct ss_sock *s)
 {
 	if (s->down) {
 		down_abort(s, -ETIMEDOUT);
 	} else {
-		struct sockaddr sa = {.sa_family = AF_UNSPEC};
-
 		ss_log_error(
 			"fd %d: %zu bytes could not go to TCP in time: the connection is reset",
 			s->fds[0], s->hold_len);
-		ss_real.connect(s->tcp_fd, &sa, sizeof(sa));
-		s->hold_len = 0;
-		s->shut_wr_held = false;
+		down_reset(s);
 	}
 	ss_fallback_flush(s);
-}
-
-int ss_down_now(struct ss_sock *s)
-{
-	/* The move's own bound, then as long again for its bytes to go to TCP. */
-	uint64_t end = ss_deadline_in(2 * ss_cfg.linger_ms);
-	int st, err = 0;
-
-	for (;;) {
-		struct pollfd p = {.fd = -1};
-
-		pthread_mutex_lock(&s->lock);
-		st = ss_sock_state(s);
-		if (st == SS_SOCK_UPGRADED)
-			err = ss_down_begin(s);
-		if (err == 0 && ss_sock_state(s) == SS_SOCK_FALLBACK) {
-			if (ss_now_ms() >= end)
-				down_give_up(s);
-			else
-				ss_fallback_flush(s);
-		}
-		st = ss_sock_state(s);
-		if (st == SS_SOCK_FALLBACK && s->tcp_fd >= 0) {
-			p.fd = s->tcp_fd;
-			p.events = (short)(s->down ? ss_down_events(s) : EPOLLOUT);
-		}
-		pthread_mutex_unlock(&s->lock);
-		if (err || st != SS_SOCK_FALLBACK)
-			break;
-		/* Its TCP side, or the peer's end of stream on the CQs (down_build_return). */
-		ss_real.poll(&p, 1, DOWN_POLL_MS);
-	}
-	return err ? err : st == SS_SOCK_PLAIN ? 0 : -EIO;
-}
-
-int ss_down_fd(int fd)
-{
-	struct ss_sock *s = ss_sock_get(fd);
-	int r = 0;
-
-	if (s && (ss_sock_state(s) == SS_SOCK_UPGRADED || ss_sock_state(s) == SS_SOCK_FALLBACK))
-		r = ss_down_now(s);
-	ss_sock_put(s);
-	return r;
-}
-
-void ss_down_passed_fds(const struct msghdr *msg)
-{
-	for (struct cmsghdr *c = CMSG_FIRSTHDR(msg); c; c = CMSG_NXTHDR((struct msghdr *)msg, c)) {
-		size_t n;
-
-		if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS ||
-		    c->cmsg_len < CMSG_LEN(0))
-			continue;
-		n = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-		for (size_t i = 0; i < n; i++) {
-			int fd;
-
-			memcpy(&fd, CMSG_DATA(c) + i * sizeof(int), sizeof(int));
-			ss_down_fd(fd);
-		}
-	}
-}
-
-/* Connections whose fd survives the exec (a name without close-on-exec), with a reference. */
-static struct ss_sock **down_exec_list;
-static size_t down_exec_n, down_exec_cap;
-
-static void down_exec_pick(struct ss_sock *s)
-{
-	bool inherited = false;
-	struct ss_sock **p;
-
-	if (ss_sock_state(s) != SS_SOCK_UPGRADED)
-		return;
-	pthread_mutex_lock(&s->fd_lock);
-	for (int i = 0; i < s->n_fds && !inherited; i++) {
-		int fl = ss_real.fcntl(s->fds[i], F_GETFD);
-
-		inherited = fl >= 0 && !(fl & FD_CLOEXEC);
-	}
-	pthread_mutex_unlock(&s->fd_lock);
-	if (!inherited || !ss_sock_tryget(s))
-		return;
-	if (down_exec_n == down_exec_cap) {
-		size_t cap = down_exec_cap ? 2 * down_exec_cap : 16;
-
-		if (!(p = realloc(down_exec_list, cap * sizeof(*p)))) {
-			ss_sock_put(s);
-			return;
-		}
-		down_exec_list = p;
-		down_exec_cap = cap;
-	}
-	down_exec_list[down_exec_n++] = s;
-}
-
-void ss_down_before_exec(void)
-{
-	down_exec_n = 0;
-	ss_sock_for_each(down_exec_pick);
-	/* All start at once, then each is waited for: the waits overlap. */
-	for (size_t i = 0; i < down_exec_n; i++) {
-		struct ss_sock *s = down_exec_list[i];
-
-		pthread_mutex_lock(&s->lock);
-		if (ss_sock_state(s) == SS_SOCK_UPGRADED && ss_down_begin(s) != 0)
-			ss_log_warn("fd %d: the new program gets a connection it cannot read "
-				    "(the peer cannot move it back to TCP)",
-				    s->fds[0]);
-		pthread_mutex_unlock(&s->lock);
-	}
-	for (size_t i = 0; i < down_exec_n; i++) {
-		ss_down_now(down_exec_list[i]);
-		ss_sock_put(down_exec_list[i]);
-	}
-	down_exec_n = 0;
 }

@@ -225,6 +225,14 @@ unsigned ss_down_events(struct ss_sock *s);
 void ss_down_free(struct ss_sock *s);
 
 /*
+ * FALLBACK that ran out of time (lock held): the connection is reset, what
+ * is held is dropped, and the fd becomes the TCP socket.
+ */
+void ss_down_give_up(struct ss_sock *s);
+
+/* ---- moves the caller waits for (handover.c) ---- */
+
+/*
  * Moves s back to TCP and waits until its fd is the TCP socket (no lock
  * held): before an exec, an fd passed away, stdio, urgent data. Bounded by
  * twice SRQSHIM_LINGER_MS (the move, then its bytes to TCP); what cannot
