@@ -125,10 +125,13 @@ void ss_sock_finish(struct ss_sock *s)
 	}
 	while (ss_sock_state(s) == SS_SOCK_FALLBACK && ss_fallback_flush(s) == -EAGAIN &&
 	       ss_now_ms() < end) {
-		struct pollfd p = {.fd = s->tcp_fd, .events = POLLOUT};
+		/* A move back to TCP waits for its TCP side, or looks at the CQs every 2 ms. */
+		struct pollfd p = {.fd = s->tcp_fd,
+				   .events = (short)(s->down ? ss_down_events(s) : POLLOUT)};
+		int left = (int)(end - ss_now_ms());
 
 		pthread_mutex_unlock(&s->lock);
-		ss_real.poll(&p, 1, (int)(end - ss_now_ms()));
+		ss_real.poll(&p, 1, p.events == POLLOUT || left < 2 ? left : 2);
 		pthread_mutex_lock(&s->lock);
 	}
 	/*

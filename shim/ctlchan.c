@@ -5,7 +5,8 @@
  * namespace, named "srqshim.PID", made with the worker and watched by the
  * progress thread. A request is one line, "downgrade FD" (FD -1: every
  * upgraded connection); the answer, to the sender's address, is "ok N"
- * (N connections start their move) or "error TEXT". Only the progress
+ * (N connections start their move) or "error TEXT"; only the process's own
+ * user and root are obeyed (SO_PASSCRED). Only the progress
  * thread reads the socket; the moves run there too (decide.c), as the
  * sockets' background work.
  */
@@ -54,9 +55,8 @@ static int ctlchan_request(const char *req, char *answer, size_t len)
 		return -EINVAL;
 	}
 	ctlchan_count = 0;
-	/* The socket table's entries are freed on this thread only: no reference needed. */
 	if (fd < 0) {
-		ss_sock_for_each(ctlchan_want);
+		ss_sock_for_each_held(ctlchan_want);
 	} else {
 		struct ss_sock *s = ss_sock_get((int)fd);
 
@@ -74,15 +74,35 @@ static void ctlchan_cb(struct ss_watch *wt, unsigned revents)
 	(void)revents;
 	for (;;) {
 		struct sockaddr_un from;
-		socklen_t flen = sizeof(from);
 		char req[64], answer[64];
-		ssize_t n = recvfrom(ctlchan_fd, req, sizeof(req) - 1, MSG_DONTWAIT,
-				     (struct sockaddr *)&from, &flen);
+		union {
+			struct cmsghdr h;
+			char space[CMSG_SPACE(sizeof(struct ucred))];
+		} u;
+		struct iovec v = {req, sizeof(req) - 1};
+		struct msghdr m = {.msg_name = &from,
+				   .msg_namelen = sizeof(from),
+				   .msg_iov = &v,
+				   .msg_iovlen = 1,
+				   .msg_control = &u,
+				   .msg_controllen = sizeof(u)};
+		struct cmsghdr *c;
+		struct ucred cred = {.uid = (uid_t)-1};
+		ssize_t n = recvmsg(ctlchan_fd, &m, MSG_DONTWAIT);
+		socklen_t flen;
 
 		if (n < 0)
 			return;
 		req[n] = 0;
-		ctlchan_request(req, answer, sizeof(answer));
+		flen = m.msg_namelen;
+		c = CMSG_FIRSTHDR(&m);
+		if (c && c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_CREDENTIALS)
+			memcpy(&cred, CMSG_DATA(c), sizeof(cred));
+		/* The process's own user and root only: the kernel vouches for the sender. */
+		if (cred.uid != geteuid() && cred.uid != 0)
+			snprintf(answer, sizeof(answer), "error not allowed");
+		else
+			ctlchan_request(req, answer, sizeof(answer));
 		ss_log_info("operator: \"%.*s\": %s", (int)strcspn(req, "\n"), req, answer);
 		if (flen > sizeof(sa_family_t))
 			sendto(ctlchan_fd, answer, strlen(answer), MSG_DONTWAIT,
@@ -114,6 +134,9 @@ void ss_ctlchan_start(void)
 	if (pfd < 0)
 		return;
 	fd = pfd;
+	int on = 1;
+
+	ss_real.setsockopt(fd, SOL_SOCKET, SO_PASSCRED, &on, sizeof(on));
 	ctlchan_watch.cb = ctlchan_cb;
 	ctlchan_watch.fd = -1;
 	if (ss_tp->worker_watch(ss_w, &ctlchan_watch, fd, EPOLLIN) != 0) {

@@ -169,12 +169,23 @@ static unsigned decide_bg_run(struct ss_sock *s)
 	case SS_SOCK_RECONNECTING: ss_client_step(s); break;
 	case SS_SOCK_PROBING: ss_client_step(s); break;
 	case SS_SOCK_ACCEPTED: return ss_server_step(s) ? EPOLLIN : 0;
-	case SS_SOCK_UPGRADED:
-		if (atomic_exchange(&s->down_wanted, false) && ss_down_begin(s) == 0) {
+	case SS_SOCK_UPGRADED: {
+		/* Asked by the operator, or the peer's stream switched on the QP. */
+		bool asked = atomic_exchange(&s->down_wanted, false);
+		int r = asked || (atomic_load(&s->rdy) & SS_RDY_SWITCH) ? ss_down_begin(s)
+									: -EINVAL;
+
+		if (r == 0) {
 			ss_fallback_flush(s); /* now in FALLBACK: its exchange starts at once */
 			break;
 		}
+		if (r == -EAGAIN && asked) {
+			/* Before the commit point: asked again shortly. */
+			atomic_store(&s->down_wanted, true);
+			ss_bg_kick(s, ss_deadline_in(10));
+		}
 		return ss_upgraded_tcp_event(s) ? EPOLLIN | EPOLLRDHUP : 0;
+	}
 	case SS_SOCK_FALLBACK: ss_fallback_flush(s); break;
 	default: return 0;
 	}
@@ -271,7 +282,8 @@ bool ss_upgraded_tcp_event(struct ss_sock *s)
 	for (;;) {
 		switch (ss_hs_peek(&ss_real_io, s->tcp_fd, &m, 0, NULL, &used)) {
 		case SS_HSR_MSG:
-			if (m.nonce == s->nonce && s->committed &&
+			/* After READY (ours, or the client's before any of the server's). */
+			if (m.nonce == s->nonce &&
 			    (m.type == SS_MSG_SWITCH || m.type == SS_MSG_RETURN)) {
 				/* The peer moves the stream back to TCP; down.c reads the rest. */
 				if (ss_down_begin(s) != 0)

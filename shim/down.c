@@ -64,6 +64,7 @@ int ss_down_begin(struct ss_sock *s)
 {
 	struct ss_down *d;
 	uint8_t *unsent = NULL;
+	bool ended;
 	ssize_t n;
 
 	if (ss_sock_state(s) != SS_SOCK_UPGRADED || !s->conn)
@@ -72,23 +73,20 @@ int ss_down_begin(struct ss_sock *s)
 		return -EOPNOTSUPP;
 	if (!(d = calloc(1, sizeof(*d))))
 		return -ENOMEM;
-	d->deadline = ss_deadline_in(ss_cfg.linger_ms);
 	/*
-	 * Reads wait and writes are held from here (the FALLBACK state's
-	 * rules), before the connection refuses data: a writer that meets the
-	 * refusal finds the new state and dispatches again.
+	 * The RDMA stream ends first. A writer that meets the refusal
+	 * (-EXDEV) takes the socket's lock, which is ours until the state
+	 * below is set: it then finds the new state and dispatches again.
 	 */
-	s->down = d;
-	s->reason = SS_REASON_DOWNGRADED;
-	atomic_store(&s->state, SS_SOCK_FALLBACK);
-	ss_epoll_leaving(s);
-	ss_ready_wake_pollers();
-	n = ss_tp->conn_switch(s->conn, &unsent, &d->ended);
+	n = ss_tp->conn_switch(s->conn, &unsent, &ended);
 	if (n < 0) {
-		ss_log_error("fd %d: cannot end the RDMA stream for the downgrade: %s", s->fds[0],
-			     strerror((int)-n));
-		d->failed = true;
-	} else if (n > 0) {
+		free(d);
+		/* Before the commit point: later. Failed: the application sees the reset. */
+		return n == -ENOTCONN ? -EAGAIN : (int)n;
+	}
+	d->ended = ended;
+	d->deadline = ss_deadline_in(ss_cfg.linger_ms);
+	if (n > 0) {
 		/* Not posted: the first of our bytes on TCP after what the peer gives back. */
 		size_t max = (size_t)n > SS_HOLD_MAX ? (size_t)n : SS_HOLD_MAX;
 		uint8_t *buf = malloc(max);
@@ -106,12 +104,18 @@ int ss_down_begin(struct ss_sock *s)
 		}
 	}
 	free(unsent);
-	if (s->hold_max < SS_HOLD_MAX)
-		s->hold_max = SS_HOLD_MAX;
+	if (ss_hold_reserve(s, SS_HOLD_MAX) != 0)
+		d->failed = true;
 	if (!d->failed &&
 	    down_out_add(d, &(struct ss_msg){.type = SS_MSG_SWITCH, .nonce = s->nonce}, NULL, 0))
 		d->failed = true;
-	ss_mirror_show(s, SS_RDY_OUT);
+	/* Reads wait and writes are held from here: the FALLBACK state's rules. */
+	s->down = d;
+	s->reason = SS_REASON_DOWNGRADED;
+	atomic_store(&s->state, SS_SOCK_FALLBACK);
+	ss_epoll_leaving(s);
+	ss_ready_wake_pollers();
+	ss_mirror_show(s, s->hold_len < s->hold_max ? SS_RDY_OUT : 0);
 	ss_log_info("fd %d: moving back to TCP, %zu bytes not sent over RDMA", s->fds[0],
 		    s->hold_len);
 	ss_bg_kick(s, ss_now_ms());
@@ -148,44 +152,26 @@ static int down_send(struct ss_sock *s, struct ss_down *d)
 static int down_build_return(struct ss_sock *s, struct ss_down *d)
 {
 	uint8_t *buf = NULL;
-	size_t len = 0, cap = 0;
-	int r = ss_tp->conn_peer_ended(s->conn);
+	ssize_t n = ss_tp->conn_take_unread(s->conn, &buf);
+	int r;
 
-	if (r == 0 && ss_tp->worker_poll(ss_w) > 0)
-		r = ss_tp->conn_peer_ended(s->conn);
-	if (r == 0) {
+	if (n == -EAGAIN && ss_tp->worker_poll(ss_w) > 0)
+		n = ss_tp->conn_take_unread(s->conn, &buf);
+	if (n == -EAGAIN) {
 		d->look_at = ss_deadline_in(DOWN_POLL_MS);
 		return -EAGAIN;
 	}
-	if (r < 0)
-		return r;
+	if (n < 0)
+		return (int)n;
 	ss_test_delay(SS_TP_DOWN_RETURN);
-	for (;;) {
-		ssize_t n;
-
-		if (cap - len < 65536) {
-			uint8_t *p = realloc(buf, cap + 65536);
-
-			if (!p) {
-				free(buf);
-				return -ENOMEM;
-			}
-			buf = p;
-			cap += 65536;
-		}
-		n = ss_tp->conn_recv(s->conn, &(struct iovec){buf + len, cap - len}, 1, false);
-		if (n <= 0)
-			break; /* -EXDEV, or 0 after a plain end of stream: all taken */
-		len += (size_t)n;
-	}
-	if (len > SS_RETURN_MAX)
+	if ((size_t)n > SS_RETURN_MAX)
 		r = -EMSGSIZE;
 	else
 		r = down_out_add(d,
 				 &(struct ss_msg){.type = SS_MSG_RETURN,
 						  .nonce = s->nonce,
-						  .count = (uint32_t)len},
-				 buf, len);
+						  .count = (uint32_t)n},
+				 buf, (size_t)n);
 	free(buf);
 	if (r == 0)
 		d->returned = true;

@@ -29,8 +29,10 @@ int ss_down_now(struct ss_sock *s)
 
 		pthread_mutex_lock(&s->lock);
 		st = ss_sock_state(s);
-		if (st == SS_SOCK_UPGRADED)
-			err = ss_down_begin(s);
+		/* Before the commit point (-EAGAIN): asked again at the next look. */
+		if (st == SS_SOCK_UPGRADED && (err = ss_down_begin(s)) == -EAGAIN &&
+		    ss_now_ms() < end)
+			err = 0;
 		if (err == 0 && ss_sock_state(s) == SS_SOCK_FALLBACK) {
 			if (ss_now_ms() >= end)
 				ss_down_give_up(s);
@@ -43,7 +45,7 @@ int ss_down_now(struct ss_sock *s)
 			p.events = (short)(s->down ? ss_down_events(s) : EPOLLOUT);
 		}
 		pthread_mutex_unlock(&s->lock);
-		if (err || st != SS_SOCK_FALLBACK)
+		if (err || (st != SS_SOCK_FALLBACK && st != SS_SOCK_UPGRADED))
 			break;
 		/* Its TCP side, or the peer's end of stream on the CQs (down_build_return). */
 		ss_real.poll(&p, 1, HANDOVER_POLL_MS);
@@ -80,17 +82,14 @@ void ss_down_passed_fds(const struct msghdr *msg)
 	}
 }
 
-/* Connections whose fd survives the exec (a name without close-on-exec), with a reference. */
-static struct ss_sock **down_exec_list;
-static size_t down_exec_n, down_exec_cap;
-
-static void down_exec_pick(struct ss_sock *s)
+/* Whether an upgraded (or moving) connection has a name the new image inherits. */
+static bool handover_inherited(struct ss_sock *s)
 {
+	int st = ss_sock_state(s);
 	bool inherited = false;
-	struct ss_sock **p;
 
-	if (ss_sock_state(s) != SS_SOCK_UPGRADED)
-		return;
+	if (st != SS_SOCK_UPGRADED && st != SS_SOCK_FALLBACK)
+		return false;
 	pthread_mutex_lock(&s->fd_lock);
 	for (int i = 0; i < s->n_fds && !inherited; i++) {
 		int fl = ss_real.fcntl(s->fds[i], F_GETFD);
@@ -98,39 +97,31 @@ static void down_exec_pick(struct ss_sock *s)
 		inherited = fl >= 0 && !(fl & FD_CLOEXEC);
 	}
 	pthread_mutex_unlock(&s->fd_lock);
-	if (!inherited || !ss_sock_tryget(s))
-		return;
-	if (down_exec_n == down_exec_cap) {
-		size_t cap = down_exec_cap ? 2 * down_exec_cap : 16;
+	return inherited;
+}
 
-		if (!(p = realloc(down_exec_list, cap * sizeof(*p)))) {
-			ss_sock_put(s);
-			return;
-		}
-		down_exec_list = p;
-		down_exec_cap = cap;
-	}
-	down_exec_list[down_exec_n++] = s;
+/* First pass: every move starts (a connection before its commit point is asked again later). */
+static void handover_exec_start(struct ss_sock *s)
+{
+	if (!handover_inherited(s))
+		return;
+	pthread_mutex_lock(&s->lock);
+	if (ss_sock_state(s) == SS_SOCK_UPGRADED)
+		ss_down_begin(s);
+	pthread_mutex_unlock(&s->lock);
+}
+
+/* Second pass: each is waited for; they went on meanwhile, so the waits overlap. */
+static void handover_exec_wait(struct ss_sock *s)
+{
+	if (handover_inherited(s) && ss_down_now(s) != 0)
+		ss_log_warn("fd %d: the new program gets a connection it cannot use (it could not "
+			    "move back to TCP)",
+			    s->fds[0]);
 }
 
 void ss_down_before_exec(void)
 {
-	down_exec_n = 0;
-	ss_sock_for_each(down_exec_pick);
-	/* All start at once, then each is waited for: the waits overlap. */
-	for (size_t i = 0; i < down_exec_n; i++) {
-		struct ss_sock *s = down_exec_list[i];
-
-		pthread_mutex_lock(&s->lock);
-		if (ss_sock_state(s) == SS_SOCK_UPGRADED && ss_down_begin(s) != 0)
-			ss_log_warn("fd %d: the new program gets a connection it cannot read "
-				    "(the peer cannot move it back to TCP)",
-				    s->fds[0]);
-		pthread_mutex_unlock(&s->lock);
-	}
-	for (size_t i = 0; i < down_exec_n; i++) {
-		ss_down_now(down_exec_list[i]);
-		ss_sock_put(down_exec_list[i]);
-	}
-	down_exec_n = 0;
+	ss_sock_for_each_held(handover_exec_start);
+	ss_sock_for_each_held(handover_exec_wait);
 }

@@ -754,7 +754,8 @@ ssize_t ss_io_send(int fd, const struct iovec *iov, int n, int flags, bool *hand
 	if (!s)
 		return 0;
 	/* Urgent data is TCP's alone: the connection moves back to TCP first (down.c). */
-	if ((flags & MSG_OOB) && ss_sock_state(s) == SS_SOCK_UPGRADED)
+	if ((flags & MSG_OOB) &&
+	    (ss_sock_state(s) == SS_SOCK_UPGRADED || ss_sock_state(s) == SS_SOCK_FALLBACK))
 		ss_down_now(s);
 	if (ss_sock_state(s) < SS_SOCK_CONNECTING || ss_sock_state(s) == SS_SOCK_PLAIN) {
 		/* Not (or no longer) ours: libc's call, unless a decision is due. */

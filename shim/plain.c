@@ -36,6 +36,22 @@ size_t ss_hold_append(struct ss_sock *s, const struct iovec *iov, int n)
 	return taken;
 }
 
+int ss_hold_reserve(struct ss_sock *s, size_t max)
+{
+	uint8_t *p;
+
+	if (max <= s->hold_max)
+		return 0;
+	/* A hold made for a smaller bound grows with it: appends trust hold_max. */
+	if (s->hold) {
+		if (!(p = realloc(s->hold, max)))
+			return -ENOMEM;
+		s->hold = p;
+	}
+	s->hold_max = max;
+	return 0;
+}
+
 int ss_fallback(struct ss_sock *s, enum ss_reason why)
 {
 	uint8_t *unsent = NULL;
@@ -73,8 +89,7 @@ int ss_fallback(struct ss_sock *s, enum ss_reason why)
 		}
 		free(unsent);
 	}
-	if (s->hold_max < SS_HOLD_MAX)
-		s->hold_max = SS_HOLD_MAX;
+	ss_hold_reserve(s, SS_HOLD_MAX);
 	ss_log_info("fd %d: falling back to TCP (%s), %zu bytes to send first", s->fds[0],
 		    ss_reason_str(why), s->hold_len);
 	return ss_fallback_flush(s);
@@ -83,8 +98,11 @@ int ss_fallback(struct ss_sock *s, enum ss_reason why)
 int ss_fallback_flush(struct ss_sock *s)
 {
 	/* After a live downgrade: the TCP exchange first, then the held bytes. */
-	if (s->down && ss_down_step(s) != 0)
+	if (s->down && ss_down_step(s) != 0) {
+		/* Writable while the hold has room (writes wait for the move meanwhile). */
+		ss_mirror_show(s, s->hold_len < s->hold_max ? SS_RDY_OUT : 0);
 		return -EAGAIN;
+	}
 	while (s->hold_len) {
 		ssize_t n =
 			ss_real.send(s->tcp_fd, s->hold, s->hold_len, MSG_DONTWAIT | MSG_NOSIGNAL);
@@ -112,6 +130,12 @@ int ss_fallback_flush(struct ss_sock *s)
 		ss_tp->worker_unwatch(ss_w, &s->watch);
 	ss_leave_pair(s, false);
 	ss_become_plain(s, s->reason);
+	/*
+	 * Threads asleep in the shim's waits look again: a kernel wait that
+	 * began on our socketpair end would not see the TCP socket's events
+	 * (Linux's poll joins the wait queues of its first pass only).
+	 */
+	ss_ready_wake_pollers();
 	return 0;
 }
 

@@ -258,6 +258,12 @@ void ss_ctlchan_start(void);
 /* In a forked child: the parent's channel is closed; the child's worker opens its own. */
 void ss_ctlchan_after_fork(void);
 
+/*
+ * Raises the hold's bound to at least max, growing a hold already made
+ * (lock held). Returns 0 or -ENOMEM (the bound stays).
+ */
+int ss_hold_reserve(struct ss_sock *s, size_t max);
+
 /* Appends to the held bytes; returns the count taken (short when full). */
 size_t ss_hold_append(struct ss_sock *s, const struct iovec *iov, int n);
 

@@ -311,6 +311,19 @@ void ss_sock_for_each(void (*fn)(struct ss_sock *s))
 	}
 }
 
+void ss_sock_for_each_held(void (*fn)(struct ss_sock *s))
+{
+	if (!table_ready())
+		return;
+	for (int fd = 0; fd < table_hwm; fd++) {
+		struct ss_sock *s = ss_sock_get(fd);
+
+		if (s && s->fds[0] == fd)
+			fn(s);
+		ss_sock_put(s);
+	}
+}
+
 void ss_sock_after_fork(void)
 {
 	if (!table_ready())

@@ -181,6 +181,9 @@ bool ss_sock_unknown(int fd);
 /* Calls fn on every entry (fork handling); the table is not locked against changes. */
 void ss_sock_for_each(void (*fn)(struct ss_sock *s));
 
+/* As ss_sock_for_each, each entry with a reference held during fn (any thread, no lock held). */
+void ss_sock_for_each_held(void (*fn)(struct ss_sock *s));
+
 /*
  * In a forked child: every lock of the table and its entries is made anew
  * (a parent thread may have held one), and statistics slots of plain

@@ -11,6 +11,15 @@
  *   handover_check server ADDR PORT BYTES exec|pass|stdio
  *   handover_check oob-client ADDR PORT
  *   handover_check oob-server ADDR PORT
+ *   handover_check idle-client ADDR PORT BYTES
+ *   handover_check idle-server ADDR PORT BYTES
+ *
+ * idle-*: the client writes BYTES, shuts its side and sleeps 3 s outside any
+ * socket call; the server reads one byte (its first I/O decides the upgrade),
+ * prints "ready" and sleeps 1 s (the caller moves the connection back to
+ * TCP meanwhile), then reads and checks the rest and answers "ok BYTES". The client's side of the
+ * move is its shim's alone; with BYTES beyond the client's credits its end of stream still waits
+ * behind unposted bytes when the move comes.
  *
  * Exit status 0: every byte (and the urgent byte) where it belongs.
  */
@@ -331,6 +340,66 @@ static int run_oob_server(const char *addr, int port)
 	return 0;
 }
 
+/* ---- a move while the client's application makes no socket call ---- */
+
+static int run_idle_client(const char *addr, int port, uint64_t bytes)
+{
+	struct sockaddr_in sa = prog_address(addr, port);
+	int fd = socket(AF_INET, SOCK_STREAM, 0);
+	char answer[64];
+	uint8_t *buf = malloc(bytes);
+	size_t got = 0;
+	ssize_t n;
+
+	if (!buf || fd < 0 || connect(fd, (struct sockaddr *)&sa, sizeof(sa)) != 0)
+		prog_die("connect");
+	for (uint64_t i = 0; i < bytes; i++)
+		buf[i] = pattern(i);
+	if (write(fd, buf, bytes) != (ssize_t)bytes)
+		prog_die("write");
+	shutdown(fd, SHUT_WR);
+	sleep(3);
+	while ((n = read(fd, answer + got, sizeof(answer) - 1 - got)) > 0)
+		got += (size_t)n;
+	if (n < 0)
+		prog_die("read");
+	answer[got] = 0;
+	printf("handover_check: idle-client: the server said \"%s\"\n", answer);
+	return strncmp(answer, "ok ", 3) != 0;
+}
+
+static int run_idle_server(const char *addr, int port, uint64_t bytes)
+{
+	int l = listen_on(addr, port), fd = accept(l, NULL, NULL);
+	uint8_t buf[4096];
+	uint64_t off = 0;
+	ssize_t n;
+
+	if (fd < 0)
+		prog_die("accept");
+	if (read(fd, buf, 1) != 1 || buf[0] != pattern(0))
+		fail("no first byte");
+	off = 1;
+	printf("handover_check: idle-server: ready\n");
+	fflush(stdout);
+	sleep(1);
+	while ((n = read(fd, buf, sizeof(buf))) > 0) {
+		for (ssize_t i = 0; i < n; i++)
+			if (buf[i] != pattern(off + (uint64_t)i))
+				fail("a byte differs");
+		off += (uint64_t)n;
+	}
+	if (n < 0)
+		prog_die("read");
+	if (off != bytes)
+		fail("bytes missing");
+	n = snprintf((char *)buf, sizeof(buf), "ok %llu", (unsigned long long)off);
+	if (write(fd, buf, (size_t)n) != n)
+		prog_die("write");
+	close(fd);
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	self = "/proc/self/exe";
@@ -346,6 +415,10 @@ int main(int argc, char **argv)
 		return run_oob_client(argv[2], atoi(argv[3]));
 	if (argc == 4 && strcmp(argv[1], "oob-server") == 0)
 		return run_oob_server(argv[2], atoi(argv[3]));
+	if (argc == 5 && strcmp(argv[1], "idle-client") == 0)
+		return run_idle_client(argv[2], atoi(argv[3]), strtoull(argv[4], NULL, 0));
+	if (argc == 5 && strcmp(argv[1], "idle-server") == 0)
+		return run_idle_server(argv[2], atoi(argv[3]), strtoull(argv[4], NULL, 0));
 	fprintf(stderr, "usage: see the comment at the top of tests/handover_check.c\n");
 	return 2;
 }

@@ -673,12 +673,18 @@ ssize_t ss_conn_switch(struct ss_conn *c, uint8_t **buf_p, bool *ended_p)
 		ret = c->st == ST_FAILED ? -ECONNRESET : -ENOTCONN;
 		goto out;
 	}
-	if (c->eos_wanted) {
+	if (c->tcp_gone) {
+		ret = -EPIPE; /* the peer's process is gone: nobody to move with */
+		goto out;
+	}
+	if (c->eos_posted) {
 		/* Our stream ended over RDMA already (shutdown): nothing of ours follows. */
 		*ended_p = !c->cr.switching;
 		ret = 0;
 		goto out;
 	}
+	/* A shutdown whose end of stream still waits (for credits) becomes the switch. */
+	*ended_p = c->eos_wanted;
 	ret = conn_copy_unposted(c, buf_p);
 	if (ret < 0)
 		goto out;
@@ -698,15 +704,34 @@ out:
 	return ret;
 }
 
-int ss_conn_peer_ended(struct ss_conn *c)
+ssize_t ss_conn_take_unread(struct ss_conn *c, uint8_t **buf_p)
 {
-	int ret;
+	size_t off = 0;
+	uint8_t *buf = NULL;
+	ssize_t ret;
 
 	pthread_mutex_lock(&c->lock);
-	if (c->cr.eos_received)
-		ret = 1;
-	else
-		ret = c->st == ST_FAILED || c->st == ST_DEAD ? -ECONNRESET : 0;
+	if (!c->cr.eos_received) {
+		ret = c->st == ST_FAILED || c->st == ST_DEAD ? -ECONNRESET : -EAGAIN;
+		goto out;
+	}
+	if (c->rx_avail && !(buf = malloc(c->rx_avail))) {
+		ret = -ENOMEM;
+		goto out;
+	}
+	while (c->rxq_count) {
+		struct rx_ent *e = &c->rxq[c->rxq_head];
+
+		memcpy(buf + off, conn_rx_data(e) + e->off, e->len - e->off);
+		off += e->len - e->off;
+		conn_rx_pop(c);
+	}
+	c->rx_avail = 0;
+	c->rx_taken = true;
+	ss_conn_report(c, false);
+	*buf_p = buf;
+	ret = (ssize_t)off;
+out:
 	pthread_mutex_unlock(&c->lock);
 	return ret;
 }
@@ -832,9 +857,10 @@ ssize_t ss_conn_recv(struct ss_conn *c, const struct iovec *iov, int iovcnt, boo
 		ret = (ssize_t)copied;
 	else if (c->rx_avail)
 		ret = 0; /* nothing asked, bytes there: TCP's answer to a zero-length read */
+	else if (c->rx_taken || (c->cr.eos_received && c->cr.switch_received))
+		ret = -EXDEV; /* the rest of the stream is on TCP */
 	else if (c->cr.eos_received)
-		/* The peer ended its stream (what failed later is no reset), or moved it to TCP. */
-		ret = c->cr.switch_received ? -EXDEV : 0;
+		ret = 0; /* the peer ended its stream: what failed later is no reset */
 	else if (c->st == ST_FAILED)
 		ret = -ECONNRESET;
 	else

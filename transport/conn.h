@@ -237,18 +237,23 @@ ssize_t ss_conn_take_unsent(struct ss_conn *c, uint8_t **buf_p);
  * caller frees; NULL when none) for the caller to send over TCP; what was
  * posted is followed by an end of stream that says "switch". From then on
  * ss_conn_send() returns -EXDEV. *ended_p: our stream had ended over RDMA
- * already (shutdown), so nothing of ours follows anywhere. Returns the
- * count, -ECONNRESET after a failure, -ENOTCONN before the commit point,
- * or -ENOMEM.
+ * already (shutdown), so nothing of ours follows anywhere (a shutdown whose
+ * end of stream still waits for credits becomes the switch, with its
+ * bytes taken back: *ended_p is set too). Returns the count, -ECONNRESET
+ * after a failure, -ENOTCONN before the commit point, -EPIPE when the
+ * peer's TCP end is gone (nobody to move with), or -ENOMEM.
  */
 ssize_t ss_conn_switch(struct ss_conn *c, uint8_t **buf_p, bool *ended_p);
 
 /*
- * 1 once the peer's stream ended on the QP (an end of stream, or the
- * switch of ss_conn_switch): every byte it sent over RDMA is here. 0 while
- * not, -ECONNRESET when the connection failed first.
+ * Once the peer's stream ended on the QP (an end of stream, or the switch
+ * of ss_conn_switch), so that every byte it sent over RDMA is here: takes
+ * every byte not read yet, in order, into *buf_p (malloc'd, the caller
+ * frees; NULL when none), under one hold of the connection's lock; from
+ * then on ss_conn_recv() returns -EXDEV. Returns the count, -EAGAIN while
+ * the peer's end has not come, -ECONNRESET after a failure, or -ENOMEM.
  */
-int ss_conn_peer_ended(struct ss_conn *c);
+ssize_t ss_conn_take_unread(struct ss_conn *c, uint8_t **buf_p);
 
 /*
  * Copies up to the iovec's bytes into the send path. Returns the count taken
@@ -341,7 +346,7 @@ struct ss_transport_ops {
 	void (*conn_peer_gone)(struct ss_conn *c);
 	ssize_t (*conn_take_unsent)(struct ss_conn *c, uint8_t **buf_p);
 	ssize_t (*conn_switch)(struct ss_conn *c, uint8_t **buf_p, bool *ended_p);
-	int (*conn_peer_ended)(struct ss_conn *c);
+	ssize_t (*conn_take_unread)(struct ss_conn *c, uint8_t **buf_p);
 	int (*worker_watch)(struct ss_worker *w, struct ss_watch *wt, int fd, unsigned events);
 	void (*worker_unwatch)(struct ss_worker *w, struct ss_watch *wt);
 	void (*worker_defer)(struct ss_worker *w, struct ss_defer *d);
@@ -377,7 +382,7 @@ struct ss_transport_ops {
 
 extern const struct ss_transport_ops ss_transport_ops;
 
-#define SS_TRANSPORT_OPS_VERSION 12
+#define SS_TRANSPORT_OPS_VERSION 13
 #define SS_TRANSPORT_OPS_SYMBOL  "ss_transport_ops"
 
 #endif

@@ -124,6 +124,7 @@ struct ss_conn {
 	enum conn_state st;
 	bool eos_wanted, eos_posted, eos_done;
 	bool draining;  /* ss_conn_drain() waits */
+	bool rx_taken;  /* ss_conn_take_unread(): the rest of the stream is elsewhere */
 	bool lingering; /* closed: delivering in the background (ss_conn_linger), an event user */
 	bool tcp_gone;
 	uint64_t gone_deadline;
