@@ -86,22 +86,10 @@ int ss_down_begin(struct ss_sock *s)
 	}
 	d->ended = ended;
 	d->deadline = ss_deadline_in(ss_cfg.linger_ms);
-	if (n > 0) {
-		/* Not posted: the first of our bytes on TCP after what the peer gives back. */
-		size_t max = (size_t)n > SS_HOLD_MAX ? (size_t)n : SS_HOLD_MAX;
-		uint8_t *buf = malloc(max);
-
-		if (!buf || s->hold_len) {
-			ss_log_error("fd %d: no room for %zd unsent bytes", s->fds[0], n);
-			d->failed = true;
-			free(buf);
-		} else {
-			memcpy(buf, unsent, (size_t)n);
-			free(s->hold);
-			s->hold = buf;
-			s->hold_len = (size_t)n;
-			s->hold_max = max;
-		}
+	/* Not posted: the first of our bytes on TCP after what the peer gives back. */
+	if (n > 0 && ss_hold_prepend(s, unsent, (size_t)n) != 0) {
+		ss_log_error("fd %d: no room for %zd unsent bytes", s->fds[0], n);
+		d->failed = true;
 	}
 	free(unsent);
 	if (ss_hold_reserve(s, SS_HOLD_MAX) != 0)
@@ -111,10 +99,7 @@ int ss_down_begin(struct ss_sock *s)
 		d->failed = true;
 	/* Reads wait and writes are held from here: the FALLBACK state's rules. */
 	s->down = d;
-	s->reason = SS_REASON_DOWNGRADED;
-	atomic_store(&s->state, SS_SOCK_FALLBACK);
-	ss_epoll_leaving(s);
-	ss_ready_wake_pollers();
+	ss_fallback_enter(s, SS_REASON_DOWNGRADED);
 	ss_mirror_show(s, s->hold_len < s->hold_max ? SS_RDY_OUT : 0);
 	ss_log_info("fd %d: moving back to TCP, %zu bytes not sent over RDMA", s->fds[0],
 		    s->hold_len);
@@ -229,19 +214,8 @@ static int down_read(struct ss_sock *s, struct ss_down *d)
 /* The peer's returned bytes go first, then ours that were held. */
 static int down_finish(struct ss_sock *s, struct ss_down *d)
 {
-	size_t max = d->in_len + s->hold_len > s->hold_max ? d->in_len + s->hold_len : s->hold_max;
-	uint8_t *buf = max ? malloc(max) : NULL;
-
-	if (max && !buf)
+	if (ss_hold_prepend(s, d->in, d->in_len) != 0)
 		return -ENOMEM;
-	if (d->in_len)
-		memcpy(buf, d->in, d->in_len);
-	if (s->hold_len)
-		memcpy(buf + d->in_len, s->hold, s->hold_len);
-	free(s->hold);
-	s->hold = buf;
-	s->hold_len += d->in_len;
-	s->hold_max = max;
 	s->shut_wr_held |= d->ended;
 	ss_log_info("fd %d: the stream moved back to TCP (%u bytes given back by the peer, %zu "
 		    "to send)",

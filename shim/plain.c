@@ -52,11 +52,27 @@ int ss_hold_reserve(struct ss_sock *s, size_t max)
 	return 0;
 }
 
-int ss_fallback(struct ss_sock *s, enum ss_reason why)
+int ss_hold_prepend(struct ss_sock *s, const uint8_t *p, size_t n)
 {
-	uint8_t *unsent = NULL;
-	ssize_t n = 0;
+	size_t max = n + s->hold_len > s->hold_max ? n + s->hold_len : s->hold_max;
+	uint8_t *buf;
 
+	if (!n)
+		return 0;
+	if (!(buf = malloc(max)))
+		return -ENOMEM;
+	memcpy(buf, p, n);
+	if (s->hold_len)
+		memcpy(buf + n, s->hold, s->hold_len);
+	free(s->hold);
+	s->hold = buf;
+	s->hold_len += n;
+	s->hold_max = max;
+	return 0;
+}
+
+void ss_fallback_enter(struct ss_sock *s, enum ss_reason why)
+{
 	s->reason = why;
 	/*
 	 * From here the connection's readiness no longer drives the mirror.
@@ -68,27 +84,20 @@ int ss_fallback(struct ss_sock *s, enum ss_reason why)
 	ss_epoll_leaving(s);
 	/* Threads asleep in poll, select or a blocking call on it look again (mux.c). */
 	ss_ready_wake_pollers();
+}
+
+int ss_fallback(struct ss_sock *s, enum ss_reason why)
+{
+	uint8_t *unsent = NULL;
+	ssize_t n = 0;
+
+	ss_fallback_enter(s, why);
 	if (s->conn)
 		n = ss_tp->conn_take_unsent(s->conn, &unsent);
-	if (n > 0) {
-		/* What the connection took came before anything held since. */
-		size_t max = (size_t)n + s->hold_len > SS_HOLD_MAX ? (size_t)n + s->hold_len
-								   : SS_HOLD_MAX;
-		uint8_t *buf = malloc(max);
-
-		if (!buf) {
-			ss_log_error("fd %d: no memory for %zd unsent bytes: they are lost",
-				     s->fds[0], n);
-		} else {
-			memcpy(buf, unsent, (size_t)n);
-			memcpy(buf + n, s->hold, s->hold_len);
-			free(s->hold);
-			s->hold = buf;
-			s->hold_len += (size_t)n;
-			s->hold_max = max;
-		}
-		free(unsent);
-	}
+	/* What the connection took came before anything held since. */
+	if (n > 0 && ss_hold_prepend(s, unsent, (size_t)n) != 0)
+		ss_log_error("fd %d: no memory for %zd unsent bytes: they are lost", s->fds[0], n);
+	free(unsent);
 	ss_hold_reserve(s, SS_HOLD_MAX);
 	ss_log_info("fd %d: falling back to TCP (%s), %zu bytes to send first", s->fds[0],
 		    ss_reason_str(why), s->hold_len);

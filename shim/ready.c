@@ -17,6 +17,7 @@
 void ss_ready_conn(void *arg, unsigned ready)
 {
 	struct ss_sock *s = arg;
+	int st;
 
 	if (ready & SS_RDY_SENT) {
 		ss_close_delivered(s);
@@ -28,10 +29,11 @@ void ss_ready_conn(void *arg, unsigned ready)
 	 * The peer moves the stream back to TCP (or its RDMA stream ended while
 	 * ours is moving): the progress thread takes it on (down.c).
 	 */
-	if ((ready & SS_RDY_SWITCH) || ss_sock_state(s) == SS_SOCK_FALLBACK)
+	st = ss_sock_state(s);
+	if ((ready & SS_RDY_SWITCH) || st == SS_SOCK_FALLBACK)
 		ss_bg_kick(s, ss_now_ms());
 	/* Before the decision the shim's state says what shows, not the connection. */
-	if (ss_sock_state(s) != SS_SOCK_UPGRADED)
+	if (st != SS_SOCK_UPGRADED)
 		return;
 	if (atomic_load_explicit(&s->mirror_refs, memory_order_acquire) > 0)
 		ss_mirror_show(s, ready);

@@ -258,6 +258,16 @@ void ss_ctlchan_start(void);
 /* In a forked child: the parent's channel is closed; the child's worker opens its own. */
 void ss_ctlchan_after_fork(void);
 
+/* The hold starts with p's n bytes from now on (lock held). Returns 0 or -ENOMEM. */
+int ss_hold_prepend(struct ss_sock *s, const uint8_t *p, size_t n);
+
+/*
+ * Puts s in FALLBACK for why (lock held): reads wait, writes are held, its
+ * epoll registrations go back to the kernel and threads asleep on it look
+ * again. The caller fills the hold; ss_fallback_flush() hands tcp_fd back.
+ */
+void ss_fallback_enter(struct ss_sock *s, enum ss_reason why);
+
 /*
  * Raises the hold's bound to at least max, growing a hold already made
  * (lock held). Returns 0 or -ENOMEM (the bound stays).

@@ -857,7 +857,7 @@ ssize_t ss_conn_recv(struct ss_conn *c, const struct iovec *iov, int iovcnt, boo
 		ret = (ssize_t)copied;
 	else if (c->rx_avail)
 		ret = 0; /* nothing asked, bytes there: TCP's answer to a zero-length read */
-	else if (c->rx_taken || (c->cr.eos_received && c->cr.switch_received))
+	else if (c->rx_taken || c->cr.switch_received)
 		ret = -EXDEV; /* the rest of the stream is on TCP */
 	else if (c->cr.eos_received)
 		ret = 0; /* the peer ended its stream: what failed later is no reset */
