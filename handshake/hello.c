@@ -4,6 +4,7 @@
 #include <arpa/inet.h>
 #include <assert.h>
 #include <errno.h>
+#include <endian.h>
 #include <string.h>
 
 /* Wire layout; every multi-byte field big endian. */
@@ -49,6 +50,8 @@ struct wire_ext {
 };
 static_assert(sizeof(struct wire_ext) == 4, "extension header is 4 bytes");
 #define SS_EXT_CRITICAL 0x8000u
+/* RETURN's count of the stream received over RDMA (u64); optional: older peers skip it. */
+#define SS_EXT_RECEIVED 1u
 
 static const char *const dec_names[SS_DEC__COUNT] = {
 	[SS_DEC_OK] = "ok",
@@ -73,7 +76,8 @@ static int body_len(uint8_t type)
 	case SS_MSG_RETURN: return (int)sizeof(struct wire_return);
 	case SS_MSG_ACK:
 	case SS_MSG_READY:
-	case SS_MSG_SWITCH: return 0;
+	case SS_MSG_SWITCH:
+	case SS_MSG_LOST: return 0;
 	default: return -1;
 	}
 }
@@ -163,6 +167,15 @@ enum ss_dec_result ss_msg_decode(const void *buf, size_t len, struct ss_msg *msg
 			return SS_DEC_MALFORMED;
 		if (ntohs(e.type) & SS_EXT_CRITICAL)
 			return SS_DEC_UNSUPPORTED;
+		if (h.type == SS_MSG_RETURN && ntohs(e.type) == SS_EXT_RECEIVED) {
+			uint64_t v;
+
+			if (ntohs(e.length) != sizeof(v))
+				return SS_DEC_MALFORMED;
+			memcpy(&v, b + off, sizeof(v));
+			m.received = be64toh(v);
+			m.has_received = true;
+		}
 		off += ntohs(e.length);
 	}
 	*msg = m;
@@ -179,6 +192,8 @@ int ss_msg_encode(const struct ss_msg *msg, void *buf, size_t len)
 	if (blen < 0)
 		return -EINVAL;
 	total = SS_HELLO_HDR_LEN + (size_t)blen;
+	if (msg->type == SS_MSG_RETURN && msg->has_received)
+		total += sizeof(struct wire_ext) + sizeof(uint64_t);
 	if (len < total)
 		return -ENOSPC;
 
@@ -216,6 +231,15 @@ int ss_msg_encode(const struct ss_msg *msg, void *buf, size_t len)
 		if (msg->count > SS_RETURN_MAX)
 			return -EINVAL;
 		memcpy((uint8_t *)buf + SS_HELLO_HDR_LEN, &w, sizeof(w));
+		if (msg->has_received) {
+			struct wire_ext e = {.type = htons(SS_EXT_RECEIVED),
+					     .length = htons(sizeof(uint64_t))};
+			uint64_t v = htobe64(msg->received);
+			uint8_t *at = (uint8_t *)buf + SS_HELLO_HDR_LEN + sizeof(w);
+
+			memcpy(at, &e, sizeof(e));
+			memcpy(at + sizeof(e), &v, sizeof(v));
+		}
 	}
 	return (int)total;
 }

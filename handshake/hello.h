@@ -6,6 +6,7 @@
 #ifndef SS_HANDSHAKE_HELLO_H
 #define SS_HANDSHAKE_HELLO_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -24,6 +25,8 @@ enum ss_msg_type {
 	/* Live downgrade (docs/protocol.md, section 4), either way, after READY: */
 	SS_MSG_SWITCH = 6, /* "my stream moves back to TCP; my RDMA stream ends with a switch" */
 	SS_MSG_RETURN = 7, /* your bytes I received and never read; `count` stream bytes follow */
+	/* The move when RDMA does not work (section 4), either way, after READY: */
+	SS_MSG_LOST = 8, /* "my RDMA path is gone: my stream goes on over TCP from what you got" */
 };
 
 /* The most stream bytes a RETURN may announce (more is malformed). */
@@ -38,6 +41,7 @@ enum ss_recv_mode {
 enum {
 	SS_CAP_DATA_V1 = 1u << 0, /* the data protocol of docs/protocol.md, version 1 */
 	SS_CAP_SWITCH = 1u << 1,  /* the live downgrade of docs/protocol.md, section 4 */
+	SS_CAP_LOST = 1u << 2,    /* its move when RDMA does not work (RETURN says `received`) */
 };
 
 /* A side's transport parameters, as carried in HELLO and ACCEPT. */
@@ -60,6 +64,8 @@ struct ss_msg {
 	struct ss_params params; /* HELLO and ACCEPT */
 	uint16_t reason;         /* DECLINE: enum ss_reason */
 	uint32_t count;          /* RETURN: the stream bytes that follow the message */
+	bool has_received;       /* RETURN: `received` was sent (an optional extension) */
+	uint64_t received;       /* RETURN: bytes of the peer's stream that came over RDMA in all */
 };
 
 enum ss_dec_result {

@@ -16,6 +16,7 @@ static const char *const reason_names[SS_REASON__COUNT] = {
 	[SS_REASON_LOOPBACK] = "loopback-without-device",
 	[SS_REASON_DEVICE_DOWN] = "device-down",
 	[SS_REASON_DOWNGRADED] = "downgraded",
+	[SS_REASON_RDMA_LOST] = "rdma-lost",
 };
 
 const char *ss_reason_str(unsigned r)

@@ -284,9 +284,14 @@ bool ss_upgraded_tcp_event(struct ss_sock *s)
 		case SS_HSR_MSG:
 			/* After READY (ours, or the client's before any of the server's). */
 			if (m.nonce == s->nonce &&
-			    (m.type == SS_MSG_SWITCH || m.type == SS_MSG_RETURN)) {
-				/* The peer moves the stream back to TCP; down.c reads the rest. */
-				if (ss_down_begin(s) != 0)
+			    (m.type == SS_MSG_SWITCH || m.type == SS_MSG_RETURN ||
+			     m.type == SS_MSG_LOST)) {
+				/*
+				 * The peer moves the stream back to TCP (its RDMA path is
+				 * gone: so is ours); down.c reads the rest.
+				 */
+				if ((m.type == SS_MSG_LOST && ss_tp->conn_lose(s->conn) != 0) ||
+				    ss_down_begin(s) != 0)
 					ss_tp->conn_peer_gone(s->conn);
 				return false;
 			}

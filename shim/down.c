@@ -17,6 +17,7 @@
 #include <string.h>
 #include <sys/epoll.h>
 
+#include "handshake/move.h"
 #include "shim/epoll.h"
 #include "shim/ready.h"
 #include "shim/real.h"
@@ -32,9 +33,14 @@ struct ss_down {
 	bool returned; /* our RETURN is in out */
 	bool ended;    /* our stream had ended over RDMA (shutdown): TCP's write side ends too */
 	bool failed;
-	uint8_t *in; /* the peer's RETURN: the bytes of our stream it gave back */
+	bool lost;       /* the QP broke: the peer's `received` says where our stream resumes */
+	uint64_t from;   /* stream offset of the first byte put back in the hold */
+	size_t from_len; /* how many were */
+	uint8_t *in;     /* the peer's RETURN: the bytes of our stream it gave back */
 	uint32_t in_len, in_got;
 	bool in_hdr, in_done;
+	bool in_counted; /* its RETURN said how much of our stream came over RDMA: */
+	uint64_t in_received;
 	unsigned events;  /* on tcp_fd, while waiting */
 	uint64_t look_at; /* ms: the next look without an event (0: only at the deadline) */
 	uint64_t deadline;
@@ -62,10 +68,9 @@ static int down_out_add(struct ss_down *d, const struct ss_msg *m, const uint8_t
 
 int ss_down_begin(struct ss_sock *s)
 {
+	struct ss_handback hb;
 	struct ss_down *d;
-	uint8_t *unsent = NULL;
-	bool ended;
-	ssize_t n;
+	int n;
 
 	if (ss_sock_state(s) != SS_SOCK_UPGRADED || !s->conn)
 		return -EINVAL;
@@ -78,31 +83,41 @@ int ss_down_begin(struct ss_sock *s)
 	 * (-EXDEV) takes the socket's lock, which is ours until the state
 	 * below is set: it then finds the new state and dispatches again.
 	 */
-	n = ss_tp->conn_switch(s->conn, &unsent, &ended);
+	n = ss_tp->conn_switch(s->conn, &hb);
 	if (n < 0) {
 		free(d);
 		/* Before the commit point: later. Failed: the application sees the reset. */
-		return n == -ENOTCONN ? -EAGAIN : (int)n;
+		return n == -ENOTCONN ? -EAGAIN : n;
 	}
-	d->ended = ended;
+	d->ended = hb.ended;
+	d->lost = hb.lost;
+	d->from = hb.from;
+	d->from_len = hb.len;
 	d->deadline = ss_deadline_in(ss_cfg.linger_ms);
-	/* Not posted: the first of our bytes on TCP after what the peer gives back. */
-	if (n > 0 && ss_hold_prepend(s, unsent, (size_t)n) != 0) {
-		ss_log_error("fd %d: no room for %zd unsent bytes", s->fds[0], n);
+	/*
+	 * Not posted (live), or not known delivered (lost): the first of our
+	 * bytes on TCP after what the peer gives back, less what the peer says
+	 * it received (down_finish).
+	 */
+	if (hb.len && ss_hold_prepend(s, hb.buf, hb.len) != 0) {
+		ss_log_error("fd %d: no room for %zu bytes to resend", s->fds[0], hb.len);
 		d->failed = true;
 	}
-	free(unsent);
+	free(hb.buf);
 	if (ss_hold_reserve(s, SS_HOLD_MAX) != 0)
 		d->failed = true;
 	if (!d->failed &&
-	    down_out_add(d, &(struct ss_msg){.type = SS_MSG_SWITCH, .nonce = s->nonce}, NULL, 0))
+	    down_out_add(d,
+			 &(struct ss_msg){.type = d->lost ? SS_MSG_LOST : SS_MSG_SWITCH,
+					  .nonce = s->nonce},
+			 NULL, 0))
 		d->failed = true;
 	/* Reads wait and writes are held from here: the FALLBACK state's rules. */
 	s->down = d;
-	ss_fallback_enter(s, SS_REASON_DOWNGRADED);
+	ss_fallback_enter(s, d->lost ? SS_REASON_RDMA_LOST : SS_REASON_DOWNGRADED);
 	ss_mirror_show(s, s->hold_len < s->hold_max ? SS_RDY_OUT : 0);
-	ss_log_info("fd %d: moving back to TCP, %zu bytes not sent over RDMA", s->fds[0],
-		    s->hold_len);
+	ss_log_info("fd %d: moving back to TCP (%s), %zu bytes not known delivered over RDMA",
+		    s->fds[0], d->lost ? "the RDMA path is lost" : "live", s->hold_len);
 	ss_bg_kick(s, ss_now_ms());
 	return 0;
 }
@@ -137,11 +152,13 @@ static int down_send(struct ss_sock *s, struct ss_down *d)
 static int down_build_return(struct ss_sock *s, struct ss_down *d)
 {
 	uint8_t *buf = NULL;
-	ssize_t n = ss_tp->conn_take_unread(s->conn, &buf);
+	uint64_t received = 0;
+	ssize_t n;
 	int r;
 
+	n = ss_tp->conn_take_unread(s->conn, &buf, &received);
 	if (n == -EAGAIN && ss_tp->worker_poll(ss_w) > 0)
-		n = ss_tp->conn_take_unread(s->conn, &buf);
+		n = ss_tp->conn_take_unread(s->conn, &buf, &received);
 	if (n == -EAGAIN) {
 		d->look_at = ss_deadline_in(DOWN_POLL_MS);
 		return -EAGAIN;
@@ -155,7 +172,9 @@ static int down_build_return(struct ss_sock *s, struct ss_down *d)
 		r = down_out_add(d,
 				 &(struct ss_msg){.type = SS_MSG_RETURN,
 						  .nonce = s->nonce,
-						  .count = (uint32_t)n},
+						  .count = (uint32_t)n,
+						  .has_received = true,
+						  .received = received},
 				 buf, (size_t)n);
 	free(buf);
 	if (r == 0)
@@ -201,8 +220,10 @@ static int down_read(struct ss_sock *s, struct ss_down *d)
 					return -ENOMEM;
 				d->in_hdr = true;
 				d->in_done = m.count == 0;
+				d->in_counted = m.has_received;
+				d->in_received = m.received;
 			}
-			continue; /* SWITCH, and repeated ACKs of the handshake: skipped */
+			continue; /* SWITCH, LOST, and repeated ACKs of the handshake: skipped */
 		case SS_HSR_TIMEOUT: d->events |= EPOLLIN; return -EAGAIN;
 		case SS_HSR_PARTIAL: d->look_at = ss_deadline_in(DOWN_POLL_MS); return -EAGAIN;
 		default: return -EPROTO; /* its end, a reset, or bytes that are no message */
@@ -211,15 +232,34 @@ static int down_read(struct ss_sock *s, struct ss_down *d)
 	return 0;
 }
 
-/* The peer's returned bytes go first, then ours that were held. */
+/*
+ * The peer's returned bytes go first, then ours from where the peer's
+ * RDMA stream ended: what it received over RDMA is dropped from the front
+ * of the hold (handshake/move.h says how much, or that the RETURN cannot
+ * be true).
+ */
 static int down_finish(struct ss_sock *s, struct ss_down *d)
 {
+	int64_t skip = ss_move_skip(&(struct ss_move_view){.lost = d->lost,
+							   .from = d->from,
+							   .held = d->from_len,
+							   .counted = d->in_counted,
+							   .received = d->in_received});
+
+	if (skip < 0) {
+		ss_log_error("fd %d: the peer says it received %llu bytes over RDMA, we hold %zu "
+			     "from %llu",
+			     s->fds[0], (unsigned long long)d->in_received, d->from_len,
+			     (unsigned long long)d->from);
+		return -EPROTO;
+	}
+	ss_hold_drop_front(s, (size_t)skip);
 	if (ss_hold_prepend(s, d->in, d->in_len) != 0)
 		return -ENOMEM;
 	s->shut_wr_held |= d->ended;
-	ss_log_info("fd %d: the stream moved back to TCP (%u bytes given back by the peer, %zu "
-		    "to send)",
-		    s->fds[0], d->in_len, s->hold_len);
+	ss_log_info("fd %d: the stream moved back to TCP (%u bytes given back by the peer, %llu of "
+		    "ours resent, %zu to send)",
+		    s->fds[0], d->in_len, (unsigned long long)(d->from_len - skip), s->hold_len);
 	return 0;
 }
 

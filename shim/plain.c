@@ -71,6 +71,14 @@ int ss_hold_prepend(struct ss_sock *s, const uint8_t *p, size_t n)
 	return 0;
 }
 
+void ss_hold_drop_front(struct ss_sock *s, size_t n)
+{
+	if (n > s->hold_len)
+		n = s->hold_len;
+	memmove(s->hold, s->hold + n, s->hold_len - n);
+	s->hold_len -= n;
+}
+
 void ss_fallback_enter(struct ss_sock *s, enum ss_reason why)
 {
 	s->reason = why;

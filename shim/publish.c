@@ -17,6 +17,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "handshake/clock.h"
 #include "shim/real.h"
 #include "shim/shim.h"
 #include "transport/log.h"
@@ -157,6 +158,7 @@ struct ss_stats_conn *ss_stats_conn_open(int app_fd, int tcp_fd, const struct so
 	c->reason = (uint16_t)reason;
 	c->mode = c->peer_mode = 0;
 	c->tx_window = c->rx_window = 0;
+	c->moved_at = 0;
 	memset(&c->st, 0, sizeof(c->st));
 	__atomic_thread_fence(__ATOMIC_RELEASE);
 	__atomic_store_n(&c->seq, c->seq + 1, __ATOMIC_RELEASE);
@@ -174,6 +176,7 @@ void ss_stats_conn_fell_back(struct ss_stats_conn *c, unsigned reason)
 	__atomic_thread_fence(__ATOMIC_RELEASE);
 	c->state = SS_ST_TCP;
 	c->reason = (uint16_t)reason;
+	c->moved_at = ss_wall_ms();
 	__atomic_thread_fence(__ATOMIC_RELEASE);
 	__atomic_store_n(&c->seq, c->seq + 1, __ATOMIC_RELEASE);
 	pthread_mutex_unlock(&pub_lock);

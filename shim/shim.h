@@ -261,6 +261,9 @@ void ss_ctlchan_after_fork(void);
 /* The hold starts with p's n bytes from now on (lock held). Returns 0 or -ENOMEM. */
 int ss_hold_prepend(struct ss_sock *s, const uint8_t *p, size_t n);
 
+/* The hold's first n bytes (at most hold_len) are dropped (lock held). */
+void ss_hold_drop_front(struct ss_sock *s, size_t n);
+
 /*
  * Puts s in FALLBACK for why (lock held): reads wait, writes are held, its
  * epoll registrations go back to the kernel and threads asleep on it look

@@ -22,7 +22,7 @@
 #include "transport/conn.h"
 
 #define SS_STATS_MAGIC   "SRQSTATS"
-#define SS_STATS_VERSION 2
+#define SS_STATS_VERSION 3
 #define SS_STATS_DIR_FMT "/dev/shm/srqshim-%u" /* the user id */
 #define SS_STATS_SLOTS   65536                 /* a sparse file: untouched slots cost nothing */
 
@@ -53,6 +53,7 @@ struct ss_stats_conn {
 	struct ss_stats_addr local, peer;
 	uint32_t tx_window; /* messages we may send before a grant (the peer's window) */
 	uint32_t rx_window; /* the window we gave the peer */
+	uint64_t moved_at;  /* ms since the epoch: when an upgraded connection moved to TCP, or 0 */
 	struct ss_conn_stats st;
 };
 

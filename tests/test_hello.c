@@ -142,8 +142,14 @@ static void test_round_trip_every_type(void **state)
 		{.type = SS_MSG_READY, .nonce = 0xffffffff},
 		{.type = SS_MSG_SWITCH, .nonce = 5},
 		{.type = SS_MSG_RETURN, .nonce = 6, .count = SS_RETURN_MAX},
+		{.type = SS_MSG_LOST, .nonce = 7},
+		{.type = SS_MSG_RETURN,
+		 .nonce = 8,
+		 .count = 3,
+		 .has_received = true,
+		 .received = 0x0102030405060708ull},
 	};
-	static const int lens[] = {64, 16, 64, 20, 16, 16, 24};
+	static const int lens[] = {64, 16, 64, 20, 16, 16, 24, 16, 36};
 
 	(void)state;
 	for (size_t i = 0; i < sizeof(lens) / sizeof(lens[0]); i++) {
@@ -161,6 +167,8 @@ static void test_round_trip_every_type(void **state)
 		assert_int_equal(out.nonce, msgs[i].nonce);
 		assert_int_equal(out.reason, msgs[i].reason);
 		assert_int_equal(out.count, msgs[i].count);
+		assert_int_equal(out.has_received, msgs[i].has_received);
+		assert_int_equal(out.received, msgs[i].received);
 		assert_memory_equal(&out.params, &msgs[i].params, sizeof(out.params));
 		/* Every shorter prefix asks for more, never more than the whole. */
 		for (size_t cut = 0; cut < (size_t)n; cut++) {
@@ -206,6 +214,40 @@ static void test_return_bound(void **state)
 	assert_int_equal(n, 24);
 	buf[16] = 0x7f; /* count 0x7f000001 */
 	assert_int_equal(ss_msg_decode(buf, (size_t)n, &m, &used), SS_DEC_MALFORMED);
+}
+
+/*
+ * RETURN's `received` is an optional extension: a decoder that knows it
+ * reads it, checks its length, and a RETURN without it still decodes.
+ */
+static void test_return_received(void **state)
+{
+	uint8_t buf[SS_HELLO_MAX_LEN];
+	struct ss_msg m = {.type = SS_MSG_RETURN, .nonce = 9, .has_received = true, .received = 5};
+	size_t used;
+	int n = ss_msg_encode(&m, buf, sizeof(buf));
+
+	(void)state;
+	assert_int_equal(n, 36);
+	assert_int_equal(buf[27], 8); /* extension length */
+	assert_int_equal(buf[35], 5); /* big endian */
+	assert_int_equal(ss_msg_decode(buf, (size_t)n, &m, &used), SS_DEC_OK);
+	assert_true(m.has_received);
+	assert_int_equal(m.received, 5);
+	/* A received field of another length is malformed. */
+	buf[27] = 4;
+	buf[11] = 32; /* the message's length */
+	assert_int_equal(ss_msg_decode(buf, 32, &m, &used), SS_DEC_MALFORMED);
+	/* An unknown optional extension in its place is skipped. */
+	buf[25] = 2;
+	assert_int_equal(ss_msg_decode(buf, 32, &m, &used), SS_DEC_OK);
+	assert_false(m.has_received);
+	/* Without it (an older peer), nothing says what came over RDMA. */
+	m = (struct ss_msg){.type = SS_MSG_RETURN, .nonce = 9};
+	n = ss_msg_encode(&m, buf, sizeof(buf));
+	assert_int_equal(n, 24);
+	assert_int_equal(ss_msg_decode(buf, (size_t)n, &m, &used), SS_DEC_OK);
+	assert_false(m.has_received);
 }
 
 struct nego_case {
@@ -328,6 +370,7 @@ int main(void)
 		cmocka_unit_test(test_round_trip_every_type),
 		cmocka_unit_test(test_encode_refuses_bad_fields),
 		cmocka_unit_test(test_return_bound),
+		cmocka_unit_test(test_return_received),
 		cmocka_unit_test(test_negotiate_table),
 		cmocka_unit_test(test_peer_gid_table),
 		cmocka_unit_test(test_names),

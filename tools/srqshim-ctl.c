@@ -17,6 +17,7 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "handshake/hello.h"
@@ -115,6 +116,19 @@ static void addr_str(const struct ss_stats_addr *a, char *buf, size_t len)
 static const char *recv_mode_str(unsigned m)
 {
 	return m == SS_RECV_SRQ ? "srq" : m == SS_RECV_RQ ? "rq" : "?";
+}
+
+/* Why a connection is on TCP, and when it moved there after an upgrade (local time). */
+static void reason_str(const struct ss_stats_conn *c, char *buf, size_t len)
+{
+	time_t t = (time_t)(c->moved_at / 1000);
+	struct tm tm;
+
+	if (c->moved_at && localtime_r(&t, &tm))
+		snprintf(buf, len, "%s@%02d:%02d:%02d", ss_reason_str(c->reason), tm.tm_hour,
+			 tm.tm_min, tm.tm_sec);
+	else
+		snprintf(buf, len, "%s", ss_reason_str(c->reason));
 }
 
 static const char *proc_mode_str(unsigned m)
@@ -262,7 +276,7 @@ static void print_text(FILE *f, const struct proc *procs, int n)
 				snprintf(mode, sizeof(mode), "%s/%s", recv_mode_str(c.mode),
 					 recv_mode_str(c.peer_mode));
 			else
-				snprintf(mode, sizeof(mode), "%s", ss_reason_str(c.reason));
+				reason_str(&c, mode, sizeof(mode));
 			fprintf(f,
 				"%-7u %-5d %-22s %-22s %-9s %-9s %12llu %12llu %9llu %9llu "
 				"%2u/%-3u "
@@ -325,6 +339,12 @@ static void print_json(FILE *f, const struct proc *procs, int n)
 					", \"mode\": \"tcp\", \"peer_mode\": null, \"reason\": "
 					"\"%s\"",
 					ss_reason_str(c.reason));
+			if (c.moved_at)
+				fprintf(f, ", \"moved_at\": %llu.%03llu",
+					(unsigned long long)(c.moved_at / 1000),
+					(unsigned long long)(c.moved_at % 1000));
+			else
+				fprintf(f, ", \"moved_at\": null");
 			fprintf(f,
 				", \"tx_bytes\": %llu, \"rx_bytes\": %llu, \"tx_msgs\": %llu, "
 				"\"rx_msgs\": %llu, \"tx_credits\": %u, \"tx_window\": %u, "

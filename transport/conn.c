@@ -41,6 +41,64 @@ void ss_conn_fail(struct ss_conn *c, const char *why)
 	pthread_cond_broadcast(&c->drained);
 }
 
+/* Bytes of the slots from seq `from` up to `to`. */
+static size_t conn_slot_bytes(const struct ss_conn *c, uint32_t from, uint32_t to)
+{
+	size_t n = 0;
+
+	for (uint32_t s = from; s != to; s++)
+		n += c->tx_len[s % c->n_tx];
+	return n;
+}
+
+/* Copies the bytes of the slots from seq `from` up to tx_open into a malloc'd buffer. */
+static ssize_t conn_copy_slots(struct ss_conn *c, uint32_t from, uint8_t **buf_p)
+{
+	size_t len = conn_slot_bytes(c, from, c->tx_open), off = 0;
+	uint8_t *buf = NULL;
+
+	if (len && !(buf = malloc(len)))
+		return -ENOMEM;
+	for (uint32_t s = from; s != c->tx_open; s++) {
+		memcpy(buf + off, conn_tx_buf(c, s), c->tx_len[s % c->n_tx]);
+		off += c->tx_len[s % c->n_tx];
+	}
+	*buf_p = buf;
+	return (ssize_t)len;
+}
+
+/*
+ * The QP broke (the device or its port is gone, or a transport error) on a
+ * connection whose peer can move with us: the stream moves to TCP from what
+ * the peer received (docs/protocol.md, section 4). Every byte not known
+ * delivered (posted sends not completed yet, and the unposted) is copied
+ * now, before their flushes free the blocks; the QP goes to the error state
+ * and its receives drain (rx_final). Otherwise (not running, a peer that
+ * cannot move or is gone, no memory) the connection fails.
+ */
+static void conn_lose(struct ss_conn *c, const char *why)
+{
+	ssize_t n;
+
+	/* The peer's TCP end gone too (its process died): nobody to move with. */
+	if (c->st != ST_RUNNING || !c->movable || c->tcp_gone ||
+	    (n = conn_copy_slots(c, c->tx_done, &c->lost_buf)) < 0) {
+		ss_conn_fail(c, why);
+		return;
+	}
+	c->lost_len = (size_t)n;
+	/* pub's counters run from the start: tx_bytes counts what was posted. */
+	c->lost_from = c->pub->tx_bytes - conn_slot_bytes(c, c->tx_done, c->tx_posted);
+	c->lost_ended = c->eos_wanted && !c->cr.switching;
+	c->hold_until = 0;
+	ss_log_info("QP %u: the RDMA path is lost (%s): the stream moves to TCP, %zu bytes from "
+		    "offset %llu held",
+		    c->qp->qp_num, why, c->lost_len, (unsigned long long)c->lost_from);
+	ss_conn_fail(c, why);
+	c->lost = true;
+	c->lost_at = ss_now_ms();
+}
+
 /*
  * Asks the progress thread to call conn_on_timer() at (or before) at. The
  * timer fires for the earliest deadline asked (the worker never postpones
@@ -182,7 +240,11 @@ static unsigned conn_compute_ready(const struct ss_conn *c)
 	case ST_CONNECTED:
 		/* Before the commit point writes are taken (and held); nothing to read yet. */
 		return ss_conn_tx_room(c) ? SS_RDY_OUT : 0;
-	case ST_FAILED: return SS_RDY_IN | SS_RDY_OUT | SS_RDY_HUP | SS_RDY_ERR | SS_RDY_RDHUP;
+	case ST_FAILED:
+		/* Lost: no error, the stream goes on over TCP (reads and writes wait for it). */
+		if (c->lost)
+			return SS_RDY_IN | SS_RDY_OUT | SS_RDY_SWITCH;
+		return SS_RDY_IN | SS_RDY_OUT | SS_RDY_HUP | SS_RDY_ERR | SS_RDY_RDHUP;
 	case ST_RUNNING: break;
 	}
 	if (c->rx_avail || c->cr.eos_received)
@@ -283,7 +345,7 @@ static void conn_bad_status(struct ss_conn *c, const struct ibv_wc *wc, bool rec
 	if (c->st != ST_FAILED && c->st != ST_DEAD)
 		ss_log_info("QP %u: completion error %s (%s)", c->qp->qp_num,
 			    ibv_wc_status_str(wc->status), recv ? "recv" : "send");
-	ss_conn_fail(c, ibv_wc_status_str(wc->status));
+	conn_lose(c, ibv_wc_status_str(wc->status));
 }
 
 /*
@@ -296,6 +358,9 @@ bool ss_conn_on_completion(struct ss_conn *c, const struct ibv_wc *wc, bool recv
 	if (!recv) {
 		enum ss_msg_kind kind = (enum ss_msg_kind)(wc->wr_id >> WR_KIND_SHIFT);
 
+		/* First: a lost connection copies this send's bytes before its block goes. */
+		if (wc->status != IBV_WC_SUCCESS)
+			conn_bad_status(c, wc, recv);
 		/* Flushed or not, the slot and its block are free again. */
 		ss_credit_on_send_done(&c->cr, kind);
 		if (kind == SS_KIND_DATA) {
@@ -308,8 +373,6 @@ bool ss_conn_on_completion(struct ss_conn *c, const struct ibv_wc *wc, bool recv
 		} else if (kind == SS_KIND_EOS && wc->status == IBV_WC_SUCCESS) {
 			c->eos_done = true;
 		}
-		if (wc->status != IBV_WC_SUCCESS)
-			conn_bad_status(c, wc, recv);
 		return false;
 	}
 
@@ -325,9 +388,10 @@ bool ss_conn_on_completion(struct ss_conn *c, const struct ibv_wc *wc, bool recv
 		c->st = ST_RUNNING;
 	int kind = (wc->wc_flags & IBV_WC_WITH_IMM) ? ss_credit_on_recv(&c->cr, ntohl(wc->imm_data))
 						    : -EPROTO;
+	/* A lost connection still takes what arrived before its QP broke. */
 	if (kind < 0 || (kind != SS_KIND_DATA && wc->byte_len) ||
-	    (kind == SS_KIND_DATA && wc->byte_len == 0) || c->st != ST_RUNNING) {
-		if (c->st == ST_RUNNING)
+	    (kind == SS_KIND_DATA && wc->byte_len == 0) || (c->st != ST_RUNNING && !c->lost)) {
+		if (c->st == ST_RUNNING || c->lost)
 			ss_log_error(
 				"QP %u: protocol error in a received message (imm 0x%x, %u bytes)",
 				c->qp->qp_num, ntohl(wc->imm_data), wc->byte_len);
@@ -479,7 +543,7 @@ void ss_conn_peer_gone(struct ss_conn *c)
 void ss_conn_on_port_down(struct ss_conn *c)
 {
 	pthread_mutex_lock(&c->lock);
-	ss_conn_fail(c, "the device's port is down");
+	conn_lose(c, "the device's port is down");
 	/* Not conn_progress: the caller holds the poll lock (ss_cqs_for_each_conn). */
 	ss_conn_after_events(c, false);
 	pthread_mutex_unlock(&c->lock);
@@ -557,7 +621,7 @@ int ss_conn_create(struct ss_worker *w, const struct ss_transport_cfg *cfg,
 	ret = c->be->setup(c, cfg, mine);
 	if (ret)
 		goto err_free;
-	mine->caps = SS_CAP_DATA_V1 | SS_CAP_SWITCH;
+	mine->caps = SS_CAP_DATA_V1 | SS_CAP_SWITCH | SS_CAP_LOST;
 	mine->mtu = (uint8_t)c->dc->dev->active_mtu;
 	mine->sq_depth = (uint16_t)cfg->sq_depth;
 	mine->qpn = c->qp->qp_num;
@@ -607,6 +671,7 @@ int ss_conn_connect(struct ss_conn *c, const struct ss_params *peer, const struc
 		goto out;
 	if (agr->max_send < c->tx_slot_size)
 		c->tx_slot_size = agr->max_send;
+	c->movable = agr->caps & SS_CAP_LOST;
 	/* Receives are posted before our side tells the peer it may send. */
 	ret = ss_qp_connect(c->qp, c->dc->dev, &qp_peer, c->psn);
 	if (ret)
@@ -628,30 +693,12 @@ void ss_conn_start(struct ss_conn *c)
 	pthread_mutex_unlock(&c->lock);
 }
 
-/* Copies the bytes of the unposted slots into a malloc'd buffer; returns the count or -ENOMEM. */
-static ssize_t conn_copy_unposted(struct ss_conn *c, uint8_t **buf_p)
-{
-	size_t len = 0, off = 0;
-	uint8_t *buf = NULL;
-
-	for (uint32_t s = c->tx_posted; s != c->tx_open; s++)
-		len += c->tx_len[s % c->n_tx];
-	if (len && !(buf = malloc(len)))
-		return -ENOMEM;
-	for (uint32_t s = c->tx_posted; s != c->tx_open; s++) {
-		memcpy(buf + off, conn_tx_buf(c, s), c->tx_len[s % c->n_tx]);
-		off += c->tx_len[s % c->n_tx];
-	}
-	*buf_p = buf;
-	return (ssize_t)len;
-}
-
 ssize_t ss_conn_take_unsent(struct ss_conn *c, uint8_t **buf_p)
 {
 	ssize_t ret;
 
 	pthread_mutex_lock(&c->lock);
-	ret = conn_copy_unposted(c, buf_p);
+	ret = conn_copy_slots(c, c->tx_posted, buf_p);
 	if (ret >= 0) {
 		/* Whatever was not posted never will be: the stream goes on elsewhere. */
 		c->hold_until = 0;
@@ -662,13 +709,40 @@ ssize_t ss_conn_take_unsent(struct ss_conn *c, uint8_t **buf_p)
 	return ret;
 }
 
-ssize_t ss_conn_switch(struct ss_conn *c, uint8_t **buf_p, bool *ended_p)
+int ss_conn_lose(struct ss_conn *c)
 {
-	ssize_t ret;
+	int ret;
 
-	*buf_p = NULL;
-	*ended_p = false;
 	pthread_mutex_lock(&c->lock);
+	conn_lose(c, "the peer's RDMA path is lost");
+	ret = c->lost ? 0 : -ECONNRESET;
+	if (c->st != ST_DEAD)
+		ss_conn_report(c, false);
+	pthread_mutex_unlock(&c->lock);
+	return ret;
+}
+
+int ss_conn_switch(struct ss_conn *c, struct ss_handback *hb)
+{
+	ssize_t n;
+	int ret = 0;
+
+	*hb = (struct ss_handback){0};
+	pthread_mutex_lock(&c->lock);
+	if (c->lost) {
+		if (c->cr.switching) {
+			ret = -ECONNRESET; /* handed back once only */
+			goto out;
+		}
+		*hb = (struct ss_handback){.buf = c->lost_buf,
+					   .len = c->lost_len,
+					   .from = c->lost_from,
+					   .ended = c->lost_ended,
+					   .lost = true};
+		c->lost_buf = NULL;
+		c->cr.switching = true;
+		goto out;
+	}
 	if (c->st != ST_RUNNING) {
 		ret = c->st == ST_FAILED ? -ECONNRESET : -ENOTCONN;
 		goto out;
@@ -677,17 +751,21 @@ ssize_t ss_conn_switch(struct ss_conn *c, uint8_t **buf_p, bool *ended_p)
 		ret = -EPIPE; /* the peer's process is gone: nobody to move with */
 		goto out;
 	}
+	/* Everything posted reaches the peer before our end of stream: ours resumes after it. */
+	hb->from = c->pub->tx_bytes;
 	if (c->eos_posted) {
 		/* Our stream ended over RDMA already (shutdown): nothing of ours follows. */
-		*ended_p = !c->cr.switching;
-		ret = 0;
+		hb->ended = !c->cr.switching;
 		goto out;
 	}
 	/* A shutdown whose end of stream still waits (for credits) becomes the switch. */
-	*ended_p = c->eos_wanted;
-	ret = conn_copy_unposted(c, buf_p);
-	if (ret < 0)
+	hb->ended = c->eos_wanted;
+	n = conn_copy_slots(c, c->tx_posted, &hb->buf);
+	if (n < 0) {
+		ret = (int)n;
 		goto out;
+	}
+	hb->len = (size_t)n;
 	/* What was not posted goes on over TCP: its slots are empty again. */
 	while (c->tx_open != c->tx_posted) {
 		c->tx_open--;
@@ -704,17 +782,25 @@ out:
 	return ret;
 }
 
-ssize_t ss_conn_take_unread(struct ss_conn *c, uint8_t **buf_p)
+ssize_t ss_conn_take_unread(struct ss_conn *c, uint8_t **buf_p, uint64_t *received_p)
 {
 	size_t off = 0;
 	uint8_t *buf = NULL;
 	ssize_t ret;
 
 	pthread_mutex_lock(&c->lock);
-	if (!c->cr.eos_received) {
-		ret = c->st == ST_FAILED || c->st == ST_DEAD ? -ECONNRESET : -EAGAIN;
+	/* Every byte the peer sent over RDMA is here: its end came, or the QP can take no more. */
+	if (!c->cr.eos_received && !(c->lost && c->be->rx_final(c))) {
+		ret = c->lost || (c->st != ST_FAILED && c->st != ST_DEAD) ? -EAGAIN : -ECONNRESET;
 		goto out;
 	}
+	/*
+	 * Lost: what the device completed for us is taken before the count is
+	 * read, also a batch another thread polled and has not handed us yet
+	 * (it hands it over under the poll lock, which this waits for).
+	 */
+	if (c->lost && !c->cr.eos_received)
+		conn_progress(c);
 	if (c->rx_avail && !(buf = malloc(c->rx_avail))) {
 		ret = -ENOMEM;
 		goto out;
@@ -730,6 +816,7 @@ ssize_t ss_conn_take_unread(struct ss_conn *c, uint8_t **buf_p)
 	c->rx_taken = true;
 	ss_conn_report(c, false);
 	*buf_p = buf;
+	*received_p = c->pub->rx_bytes;
 	ret = (ssize_t)off;
 out:
 	pthread_mutex_unlock(&c->lock);
@@ -750,7 +837,7 @@ ssize_t ss_conn_send(struct ss_conn *c, const struct iovec *iov, int iovcnt, boo
 
 	pthread_mutex_lock(&c->lock);
 	if (c->st != ST_RUNNING && c->st != ST_CONNECTED) {
-		ret = conn_state_error(c);
+		ret = c->lost ? -EXDEV : conn_state_error(c);
 		goto out;
 	}
 	if (c->eos_wanted) {
@@ -848,7 +935,8 @@ ssize_t ss_conn_recv(struct ss_conn *c, const struct iovec *iov, int iovcnt, boo
 			consumed++;
 		}
 		c->rx_avail -= copied;
-		if (consumed && c->st == ST_RUNNING) {
+		/* Lost: still counted, so what completes after the break fits the window. */
+		if (consumed && (c->st == ST_RUNNING || c->lost)) {
 			ss_credit_on_consumed(&c->cr, consumed);
 			ss_conn_push(c);
 		}
@@ -861,6 +949,8 @@ ssize_t ss_conn_recv(struct ss_conn *c, const struct iovec *iov, int iovcnt, boo
 		ret = -EXDEV; /* the rest of the stream is on TCP */
 	else if (c->cr.eos_received)
 		ret = 0; /* the peer ended its stream: what failed later is no reset */
+	else if (c->lost)
+		ret = -EXDEV; /* the rest comes over TCP */
 	else if (c->st == ST_FAILED)
 		ret = -ECONNRESET;
 	else
@@ -1079,6 +1169,7 @@ void ss_conn_free(struct ss_conn *c)
 		if (c->tx_blk[s % c->n_tx])
 			ss_pool_put(c->txp, c->tx_blk[s % c->n_tx]);
 	ss_pool_fini(&c->rxp); /* private RQ only; zeroed otherwise */
+	free(c->lost_buf);
 	free(c->rxq);
 	free(c->tx_len);
 	free(c->tx_blk);

@@ -49,7 +49,8 @@ enum {
 	SS_RDY_ERR = 1u << 4,    /* the connection failed */
 	SS_RDY_EDGE = 1u << 5,   /* new data arrived since the last report: edge for ET waiters */
 	SS_RDY_SENT = 1u << 6,   /* lingering (ss_conn_linger): everything is delivered */
-	SS_RDY_SWITCH = 1u << 7, /* the peer moved its stream to TCP (ss_conn_switch) */
+	SS_RDY_SWITCH = 1u << 7, /* the stream moves to TCP: the peer's switched, or the QP
+				    broke (ss_conn_switch) */
 };
 
 /*
@@ -231,36 +232,55 @@ void ss_conn_start(struct ss_conn *c);
  */
 ssize_t ss_conn_take_unsent(struct ss_conn *c, uint8_t **buf_p);
 
-/*
- * Live downgrade (docs/protocol.md, section 4): our stream leaves the QP.
- * Every byte accepted and not yet posted goes into *buf_p (malloc'd, the
- * caller frees; NULL when none) for the caller to send over TCP; what was
- * posted is followed by an end of stream that says "switch". From then on
- * ss_conn_send() returns -EXDEV. *ended_p: our stream had ended over RDMA
- * already (shutdown), so nothing of ours follows anywhere (a shutdown whose
- * end of stream still waits for credits becomes the switch, with its
- * bytes taken back: *ended_p is set too). Returns the count, -ECONNRESET
- * after a failure, -ENOTCONN before the commit point, -EPIPE when the
- * peer's TCP end is gone (nobody to move with), or -ENOMEM.
- */
-ssize_t ss_conn_switch(struct ss_conn *c, uint8_t **buf_p, bool *ended_p);
+/* Our stream as ss_conn_switch() hands it back for TCP. */
+struct ss_handback {
+	uint8_t *buf;  /* malloc'd, the caller frees; NULL when len is 0 */
+	size_t len;    /* its bytes: the stream from offset `from` on */
+	uint64_t from; /* stream offset of buf's first byte */
+	bool ended;    /* our stream had ended (shutdown): TCP's write side ends after buf */
+	bool lost;     /* the QP broke: the peer's count of what it received says where TCP
+			  resumes (buf may start before it); else from is exactly that */
+};
 
 /*
- * Once the peer's stream ended on the QP (an end of stream, or the switch
- * of ss_conn_switch), so that every byte it sent over RDMA is here: takes
- * every byte not read yet, in order, into *buf_p (malloc'd, the caller
- * frees; NULL when none), under one hold of the connection's lock; from
- * then on ss_conn_recv() returns -EXDEV. Returns the count, -EAGAIN while
- * the peer's end has not come, -ECONNRESET after a failure, or -ENOMEM.
+ * Moving back to TCP (docs/protocol.md, section 4), our stream leaves the QP.
+ * Live (the QP works): every byte accepted and not yet posted goes into hb
+ * for the caller to send over TCP; what was posted is followed by an end of
+ * stream that says "switch". Lost (SS_RDY_SWITCH on a broken QP, or after
+ * ss_conn_lose()): hb holds every byte not known delivered when the QP
+ * broke, posted or not. From then on ss_conn_send() returns -EXDEV (for a
+ * lost QP, from the moment it broke). A shutdown whose end of stream still waits for credits
+ * becomes the switch, with its bytes taken back (hb->ended is set). Returns 0, -ECONNRESET after a
+ * failure (or a second call), -ENOTCONN before the commit point, -EPIPE when the peer's TCP end is
+ * gone (nobody to move with), or -ENOMEM.
  */
-ssize_t ss_conn_take_unread(struct ss_conn *c, uint8_t **buf_p);
+int ss_conn_switch(struct ss_conn *c, struct ss_handback *hb);
+
+/*
+ * The peer says its RDMA path is gone: our QP goes to the error state and
+ * the connection is lost as if ours broke (ss_conn_switch). Returns 0, or
+ * -ECONNRESET when it failed instead (not running, or a peer that cannot
+ * move).
+ */
+int ss_conn_lose(struct ss_conn *c);
+
+/*
+ * Once every byte the peer sent over RDMA is here (its end of stream, or the
+ * switch of ss_conn_switch, came; or the QP is lost and its receives are
+ * final): takes every byte not read yet, in order, into *buf_p (malloc'd,
+ * the caller frees; NULL when none), under one hold of the connection's
+ * lock, and the count of the peer's stream received over RDMA in all into
+ * *received_p; from then on ss_conn_recv() returns -EXDEV. Returns the
+ * count, -EAGAIN until then, -ECONNRESET after a failure, or -ENOMEM.
+ */
+ssize_t ss_conn_take_unread(struct ss_conn *c, uint8_t **buf_p, uint64_t *received_p);
 
 /*
  * Copies up to the iovec's bytes into the send path. Returns the count taken
  * (short when the send buffer is full), -EAGAIN when nothing fits now,
  * -EPIPE after our own shutdown, -ECONNRESET after a failure. more: the
  * caller has more to send at once (MSG_MORE): hold a partial message.
- * -EXDEV after ss_conn_switch().
+ * -EXDEV after ss_conn_switch() or once the QP is lost.
  */
 ssize_t ss_conn_send(struct ss_conn *c, const struct iovec *iov, int iovcnt, bool more);
 
@@ -268,7 +288,8 @@ ssize_t ss_conn_send(struct ss_conn *c, const struct iovec *iov, int iovcnt, boo
  * Copies received bytes into the iovec. Returns the count, 0 at end of
  * stream (or for an empty iovec while bytes are there), -EAGAIN when
  * nothing is there, -ECONNRESET after a failure, -EXDEV when the peer
- * moved its stream to TCP and every byte it sent here was read.
+ * moved its stream to TCP (or the QP is lost) and every byte that came
+ * here was read.
  * peek: leave the bytes in place.
  */
 ssize_t ss_conn_recv(struct ss_conn *c, const struct iovec *iov, int iovcnt, bool peek);
@@ -345,8 +366,9 @@ struct ss_transport_ops {
 			   enum ss_reason *reason_p);
 	void (*conn_peer_gone)(struct ss_conn *c);
 	ssize_t (*conn_take_unsent)(struct ss_conn *c, uint8_t **buf_p);
-	ssize_t (*conn_switch)(struct ss_conn *c, uint8_t **buf_p, bool *ended_p);
-	ssize_t (*conn_take_unread)(struct ss_conn *c, uint8_t **buf_p);
+	int (*conn_switch)(struct ss_conn *c, struct ss_handback *hb);
+	int (*conn_lose)(struct ss_conn *c);
+	ssize_t (*conn_take_unread)(struct ss_conn *c, uint8_t **buf_p, uint64_t *received_p);
 	int (*worker_watch)(struct ss_worker *w, struct ss_watch *wt, int fd, unsigned events);
 	void (*worker_unwatch)(struct ss_worker *w, struct ss_watch *wt);
 	void (*worker_defer)(struct ss_worker *w, struct ss_defer *d);
@@ -382,7 +404,7 @@ struct ss_transport_ops {
 
 extern const struct ss_transport_ops ss_transport_ops;
 
-#define SS_TRANSPORT_OPS_VERSION 13
+#define SS_TRANSPORT_OPS_VERSION 14
 #define SS_TRANSPORT_OPS_SYMBOL  "ss_transport_ops"
 
 #endif

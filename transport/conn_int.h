@@ -67,6 +67,12 @@ struct backend {
 	void (*received)(struct ss_conn *c, uint32_t n);
 	/* Credits a grant may return now. */
 	uint32_t (*grant_limit)(struct ss_conn *c);
+	/*
+	 * The QP is in the error state: no receive of the peer's can complete
+	 * any more (every posted one completed or flushed; on an SRQ the
+	 * last-WQE event, or its bound, since lost_at). Lock held.
+	 */
+	bool (*rx_final)(struct ss_conn *c);
 	/* Destroys the QP (its last completions polled) and the receive side; progress thread, at
 	 * free. */
 	void (*teardown)(struct ss_conn *c);
@@ -95,7 +101,8 @@ struct ss_conn {
 	uint32_t psn;
 	/* private RQ: our buffers */
 	struct ss_pool rxp;
-	uint32_t n_rx; /* receives reserved in rcq (private RQ) */
+	uint32_t n_rx;      /* receives reserved in rcq (private RQ) */
+	uint32_t rq_posted; /* receives on our own queue not completed yet (private RQ) */
 	/* SRQ: the shared side */
 	struct ss_srq *srq;
 	uint32_t hold_max; /* blocks held unread before copies go to the heap (UINT32_MAX: never) */
@@ -128,6 +135,17 @@ struct ss_conn {
 	bool lingering; /* closed: delivering in the background (ss_conn_linger), an event user */
 	bool tcp_gone;
 	uint64_t gone_deadline;
+	/*
+	 * When the QP breaks (device or port lost, a transport error) and the
+	 * peer can move with us (SS_CAP_LOST): what we posted and do not know
+	 * delivered, and all unposted, copied at that moment (later flushes free
+	 * the blocks), from the stream offset lost_from on (ss_conn_switch).
+	 */
+	bool movable, lost;
+	uint64_t lost_at, lost_from;
+	uint8_t *lost_buf;
+	size_t lost_len;
+	bool lost_ended;
 	struct ss_timer timer; /* one timer for all deadlines below (worker lock) */
 	uint64_t timer_due;    /* the deadline it was last armed for, 0 after it fired */
 	unsigned last_ready;

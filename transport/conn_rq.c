@@ -28,6 +28,7 @@ static int rq_post(struct ss_conn *c, struct ss_blk *b)
 		ss_log_error("QP %u: ibv_post_recv: %s", c->qp->qp_num, strerror(ret));
 		return -ret;
 	}
+	c->rq_posted++;
 	return 0;
 }
 
@@ -101,8 +102,12 @@ static int rq_post_initial(struct ss_conn *c)
 
 static void rq_received(struct ss_conn *c, uint32_t n)
 {
-	(void)c; /* its own receive queue: rq_release posts each buffer again */
-	(void)n;
+	c->rq_posted -= n; /* rq_release posts each buffer again */
+}
+
+static bool rq_rx_final(struct ss_conn *c)
+{
+	return c->rq_posted == 0; /* the error state flushes every one */
 }
 
 static uint32_t rq_grant_limit(struct ss_conn *c)
@@ -127,5 +132,6 @@ const struct backend ss_rq_backend = {
 	.repost = rq_repost,
 	.received = rq_received,
 	.grant_limit = rq_grant_limit,
+	.rx_final = rq_rx_final,
 	.teardown = rq_teardown,
 };

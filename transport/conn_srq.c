@@ -75,6 +75,12 @@ static uint32_t srq_grant_limit(struct ss_conn *c)
 	return cap > reserve ? cap - reserve : 0;
 }
 
+static bool srq_rx_final(struct ss_conn *c)
+{
+	/* The spec's signal that the QP takes no more from the SRQ, or its bound. */
+	return c->last_wqe || ss_now_ms() >= c->lost_at + SS_LAST_WQE_MS;
+}
+
 static void srq_teardown(struct ss_conn *c)
 {
 	ss_cqs_detach(c->cqs, c->qp);
@@ -88,6 +94,7 @@ const struct backend ss_srq_backend = {
 	.repost = srq_repost,
 	.received = srq_received,
 	.grant_limit = srq_grant_limit,
+	.rx_final = srq_rx_final,
 	.teardown = srq_teardown,
 	.shared_receives = true,
 };
