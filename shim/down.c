@@ -213,6 +213,9 @@ static int down_read(struct ss_sock *s, struct ss_down *d)
 		case SS_HSR_MSG:
 			if (m.nonce != s->nonce || ss_hs_consume(&ss_real_io, s->tcp_fd, used) != 0)
 				return -EPROTO;
+			/* The peer's RDMA path broke: ours is no use either (down_check_lost). */
+			if (m.type == SS_MSG_LOST && !d->lost)
+				ss_tp->conn_lose(s->conn);
 			if (m.type == SS_MSG_RETURN) {
 				d->in_len = m.count;
 				d->in = m.count ? malloc(m.count) : NULL;
@@ -230,6 +233,40 @@ static int down_read(struct ss_sock *s, struct ss_down *d)
 		}
 	}
 	return 0;
+}
+
+/*
+ * A live move whose QP broke meanwhile (ours, or the peer's LOST) goes on
+ * as a lost one: the bytes posted and not known delivered go before those
+ * held, and our stream resumes where the peer's count says. The peer hears
+ * LOST if our RETURN is not queued yet (it may be waiting for our end of
+ * stream on the QP). After our RETURN a LOST would read as stream bytes:
+ * none is sent. The peer's count still settles our side; a peer that waits
+ * for an end of stream the break took away runs out of time and resets
+ * (docs/protocol.md, section 4).
+ */
+static int down_check_lost(struct ss_sock *s, struct ss_down *d)
+{
+	struct ss_handback hb;
+	int r;
+
+	if (d->lost || (r = ss_tp->conn_take_lost(s->conn, &hb)) == -EAGAIN)
+		return 0;
+	if (r)
+		return r;
+	r = hb.len ? ss_hold_prepend(s, hb.buf, hb.len) : 0;
+	free(hb.buf);
+	if (r)
+		return r;
+	d->lost = true;
+	d->from = hb.from;
+	d->from_len += hb.len;
+	s->reason = SS_REASON_RDMA_LOST;
+	ss_log_info("fd %d: the RDMA path broke during the move: %zu more bytes to resend",
+		    s->fds[0], hb.len);
+	if (d->returned)
+		return 0;
+	return down_out_add(d, &(struct ss_msg){.type = SS_MSG_LOST, .nonce = s->nonce}, NULL, 0);
 }
 
 /*
@@ -306,6 +343,8 @@ int ss_down_step(struct ss_sock *s)
 	d->look_at = 0;
 	if (r == 0 && ss_now_ms() >= d->deadline)
 		r = -ETIMEDOUT;
+	if (r == 0)
+		r = down_check_lost(s, d);
 	while (r == 0 && (r = down_send(s, d)) == 0 && !d->returned)
 		r = down_build_return(s, d);
 	if (r == 0 || r == -EAGAIN) {
@@ -313,7 +352,9 @@ int ss_down_step(struct ss_sock *s)
 
 		r = rd ? rd : r;
 	}
-	if (r == 0 && d->returned && d->out_off == d->out_len && d->in_done)
+	/* A LOST read just now turns the move before it ends. */
+	if (r == 0 && d->returned && d->in_done && (r = down_check_lost(s, d)) == 0 &&
+	    d->out_off == d->out_len)
 		r = down_finish(s, d);
 	else if (r == 0)
 		r = -EAGAIN;

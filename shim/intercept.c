@@ -29,6 +29,8 @@
 /* glibc's fortified variants, which the headers declare only under _FORTIFY_SOURCE. */
 ssize_t __read_chk(int fd, void *buf, size_t count, size_t buflen);
 ssize_t __recv_chk(int fd, void *buf, size_t len, size_t buflen, int flags);
+int __vdprintf_chk(int fd, int flag, const char *fmt, va_list ap);
+int __dprintf_chk(int fd, int flag, const char *fmt, ...);
 ssize_t __recvfrom_chk(int fd, void *buf, size_t len, size_t buflen, int flags,
 		       struct sockaddr *addr, socklen_t *alen);
 /* By their symbols: <sys/sendfile.h> would rename sendfile to sendfile64 (64-bit offsets). */
@@ -425,6 +427,75 @@ EXPORT FILE *fdopen(int fd, const char *mode)
 	return ss_real.fdopen(fd, mode);
 }
 
+/*
+ * dprintf writes with glibc's own calls, past the shim: on a socket the
+ * shim carries, the text is formatted here and written through the shim,
+ * so the connection stays where it is. (The fortified variants' %n check
+ * is not made for such a socket; other fds get glibc's own.)
+ */
+EXPORT int vdprintf(int fd, const char *fmt, va_list ap)
+{
+	struct ss_sock *s;
+	char *text;
+	int n;
+
+	real_ready();
+	if (!(s = ss_sock_get(fd)))
+		return ss_real.vdprintf(fd, fmt, ap);
+	ss_sock_put(s);
+	if ((n = vasprintf(&text, fmt, ap)) < 0)
+		return -1;
+	for (int off = 0; off < n;) {
+		ssize_t w = write(fd, text + off, (size_t)(n - off));
+
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w <= 0) {
+			if (w == 0)
+				errno = EIO;
+			free(text);
+			return -1;
+		}
+		off += (int)w;
+	}
+	free(text);
+	return n;
+}
+
+EXPORT int dprintf(int fd, const char *fmt, ...)
+{
+	va_list ap;
+	int n;
+
+	va_start(ap, fmt);
+	n = vdprintf(fd, fmt, ap);
+	va_end(ap);
+	return n;
+}
+
+EXPORT int __vdprintf_chk(int fd, int flag, const char *fmt, va_list ap)
+{
+	struct ss_sock *s;
+
+	real_ready();
+	/* Not a socket of ours: glibc's own, with its checks. */
+	if (!(s = ss_sock_get(fd)))
+		return ss_real.__vdprintf_chk(fd, flag, fmt, ap);
+	ss_sock_put(s);
+	return vdprintf(fd, fmt, ap);
+}
+
+EXPORT int __dprintf_chk(int fd, int flag, const char *fmt, ...)
+{
+	va_list ap;
+	int n;
+
+	va_start(ap, fmt);
+	n = __vdprintf_chk(fd, flag, fmt, ap);
+	va_end(ap);
+	return n;
+}
+
 EXPORT int fexecve(int fd, char *const argv[], char *const envp[])
 {
 	real_ready();
@@ -504,6 +575,10 @@ EXPORT int sendmmsg(int fd, struct mmsghdr *v, unsigned n, int flags)
 	int r;
 
 	real_ready();
+	/* As sendmsg: connections passed to another process move back to TCP first. */
+	for (unsigned i = 0; v && i < n; i++)
+		if (v[i].msg_hdr.msg_controllen && v[i].msg_hdr.msg_control)
+			ss_down_passed_fds(&v[i].msg_hdr);
 	r = ss_xfer_sendmmsg(fd, v, n, flags, &handled);
 	return handled ? (int)to_libc(r) : ss_real.sendmmsg(fd, v, n, flags);
 }

@@ -75,6 +75,8 @@ void ss_hold_drop_front(struct ss_sock *s, size_t n)
 {
 	if (n > s->hold_len)
 		n = s->hold_len;
+	if (!n)
+		return; /* the hold may not even be made */
 	memmove(s->hold, s->hold + n, s->hold_len - n);
 	s->hold_len -= n;
 }

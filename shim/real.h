@@ -4,6 +4,7 @@
 
 #include <poll.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <sys/epoll.h>
 #include <sys/select.h>
@@ -56,6 +57,8 @@
 	X(execvpe, int, (const char *, char *const[], char *const[]))                              \
 	X(fexecve, int, (int, char *const[], char *const[]))                                       \
 	X(fdopen, FILE *, (int, const char *))                                                     \
+	X(vdprintf, int, (int, const char *, va_list))                                             \
+	X(__vdprintf_chk, int, (int, int, const char *, va_list))                                  \
 	X(epoll_create, int, (int))                                                                \
 	X(epoll_create1, int, (int))                                                               \
 	X(epoll_wait, int, (int, struct epoll_event *, int, int))                                  \

@@ -1,14 +1,15 @@
 /*
  * handover_check: a connection that changes hands mid-stream, as servers
  * hand theirs to other code: an exec'd program (inetd, CGI), another
- * process (SCM_RIGHTS), stdio. The client streams a pseudo-random pattern
- * from a writer thread while a reader thread checks the echo; the server
- * echoes the first quarter itself, then hands the connection over and the
- * new owner echoes the rest. Bytes are in flight both ways at the moment
- * of the handover. Also urgent data: TCP's MSG_OOB beside the stream.
+ * process (SCM_RIGHTS, by sendmsg or sendmmsg), stdio; or dprintf. The
+ * client streams a pseudo-random pattern from a writer thread while a
+ * reader thread checks the echo; the server echoes the first quarter
+ * itself, then hands the connection over and the new owner echoes the
+ * rest. Bytes are in flight both ways at the moment of the handover. Also
+ * urgent data: TCP's MSG_OOB beside the stream.
  *
  *   handover_check client ADDR PORT BYTES
- *   handover_check server ADDR PORT BYTES exec|pass|stdio
+ *   handover_check server ADDR PORT BYTES exec|pass|passm|stdio|dprintf
  *   handover_check oob-client ADDR PORT
  *   handover_check oob-server ADDR PORT
  *   handover_check idle-client ADDR PORT BYTES
@@ -178,6 +179,30 @@ static uint64_t echo_stdio(int fd)
 	return done;
 }
 
+/* dprintf's writes (glibc's own, past the shim unless it takes dprintf itself). */
+static uint64_t echo_dprintf(int fd)
+{
+	char buf[4096];
+	uint64_t done = 0;
+	ssize_t n;
+
+	while ((n = read(fd, buf, sizeof(buf))) > 0) {
+		for (ssize_t i = 0; i < n;) {
+			/* A run without NUL as a string, a NUL as %c. */
+			int len = (int)strnlen(buf + i, (size_t)(n - i));
+			int w = len ? dprintf(fd, "%.*s", len, buf + i) : dprintf(fd, "%c", 0);
+
+			if (w != (len ? len : 1))
+				prog_die("dprintf");
+			i += w;
+		}
+		done += (uint64_t)n;
+	}
+	if (n < 0)
+		prog_die("read");
+	return done;
+}
+
 /* A one-byte message with room for one fd (SCM_RIGHTS). */
 struct fd_msg {
 	char one;
@@ -213,7 +238,8 @@ static int passed_fd(int unix_fd)
 	return fd;
 }
 
-static void pass_fd(int unix_fd, int fd)
+/* Passes fd with sendmsg, or with sendmmsg (mm). */
+static void pass_fd(int unix_fd, int fd, bool mm)
 {
 	struct fd_msg f;
 	struct cmsghdr *c;
@@ -224,8 +250,14 @@ static void pass_fd(int unix_fd, int fd)
 	c->cmsg_type = SCM_RIGHTS;
 	c->cmsg_len = CMSG_LEN(sizeof(int));
 	memcpy(CMSG_DATA(c), &fd, sizeof(int));
-	if (sendmsg(unix_fd, &f.m, 0) != 1)
+	if (mm) {
+		struct mmsghdr v = {.msg_hdr = f.m};
+
+		if (sendmmsg(unix_fd, &v, 1, 0) != 1 || v.msg_len != 1)
+			prog_die("sendmmsg");
+	} else if (sendmsg(unix_fd, &f.m, 0) != 1) {
 		prog_die("sendmsg");
+	}
 }
 
 static int listen_on(const char *addr, int port)
@@ -247,7 +279,7 @@ static int run_server(const char *addr, int port, uint64_t bytes, const char *ho
 	pid_t child = -1;
 
 	/* The process the connection goes to exists before the connection does. */
-	if (strcmp(how, "pass") == 0) {
+	if (strcmp(how, "pass") == 0 || strcmp(how, "passm") == 0) {
 		if (socketpair(AF_UNIX, SOCK_STREAM, 0, sp) != 0)
 			prog_die("socketpair");
 		child = fork();
@@ -278,7 +310,12 @@ static int run_server(const char *addr, int port, uint64_t bytes, const char *ho
 		echo_stdio(fd);
 		return 0;
 	}
-	pass_fd(sp[0], fd);
+	if (strcmp(how, "dprintf") == 0) {
+		echo_dprintf(fd);
+		close(fd);
+		return 0;
+	}
+	pass_fd(sp[0], fd, strcmp(how, "passm") == 0);
 	close(fd);
 	if (waitpid(child, &status, 0) != child || !WIFEXITED(status) || WEXITSTATUS(status))
 		fail("the process the connection was passed to failed");

@@ -8,13 +8,14 @@
  * SHA-256 of all it sent and of all it received, for the caller to compare
  * across the two ends.
  *
- *   stream_check server ADDR PORT STYLE BYTES
- *   stream_check client ADDR PORT STYLE BYTES
+ *   stream_check server ADDR PORT STYLE BYTES [HOLD]
+ *   stream_check client ADDR PORT STYLE BYTES [HOLD]
  *
  * STYLE: block (a reader and a writer thread on blocking calls), epoll-lt,
  * epoll-et, poll, select (one thread, non-blocking fd), nbconnect (the
  * client connects without blocking, then as poll). Exit status 0: every
- * byte checked.
+ * byte checked. HOLD: seconds the checked connection stays open before its
+ * close, for a status reader to see its final state (default 0).
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -428,8 +429,8 @@ int main(int argc, char **argv)
 	enum style st = BLOCK;
 	int fd;
 
-	if (argc != 6) {
-		fprintf(stderr, "usage: stream_check server|client ADDR PORT STYLE BYTES\n");
+	if (argc != 6 && argc != 7) {
+		fprintf(stderr, "usage: stream_check server|client ADDR PORT STYLE BYTES [HOLD]\n");
 		return 2;
 	}
 	if (inet_pton(AF_INET, argv[2], &sa.sin_addr) != 1)
@@ -462,6 +463,8 @@ int main(int argc, char **argv)
 		init_endpoint(&e, fd, false, bytes);
 		run(&e, st == NBCONNECT ? POLL : st, style_names[st]);
 	}
+	if (argc == 7)
+		sleep((unsigned)atoi(argv[6]));
 	if (close(fd) != 0)
 		prog_die("close");
 	return 0;

@@ -399,7 +399,8 @@ bool ss_conn_on_completion(struct ss_conn *c, const struct ibv_wc *wc, bool recv
 		ss_conn_fail(c, "protocol error");
 		return false;
 	}
-	if (kind != SS_KIND_DATA) {
+	/* After the unread bytes were taken, the rest of the stream comes by TCP. */
+	if (kind != SS_KIND_DATA || c->rx_taken) {
 		c->be->release(c, b);
 		return kind == SS_KIND_EOS;
 	}
@@ -722,6 +723,39 @@ int ss_conn_lose(struct ss_conn *c)
 	return ret;
 }
 
+/* Hands the copy made when the QP broke to the caller, once; lock held. */
+static int conn_hand_lost(struct ss_conn *c, struct ss_handback *hb)
+{
+	if (c->lost_handed)
+		return -ECONNRESET;
+	*hb = (struct ss_handback){.buf = c->lost_buf,
+				   .len = c->lost_len,
+				   .from = c->lost_from,
+				   .ended = c->lost_ended,
+				   .lost = true};
+	c->lost_buf = NULL;
+	c->lost_handed = true;
+	c->cr.switching = true;
+	/* Never posted now: the unposted slots' blocks go back to the pool. */
+	while (c->tx_open != c->tx_posted) {
+		c->tx_open--;
+		ss_pool_put(c->txp, c->tx_blk[c->tx_open % c->n_tx]);
+		c->tx_blk[c->tx_open % c->n_tx] = NULL;
+	}
+	return 0;
+}
+
+int ss_conn_take_lost(struct ss_conn *c, struct ss_handback *hb)
+{
+	int ret;
+
+	*hb = (struct ss_handback){0};
+	pthread_mutex_lock(&c->lock);
+	ret = c->lost ? conn_hand_lost(c, hb) : -EAGAIN;
+	pthread_mutex_unlock(&c->lock);
+	return ret;
+}
+
 int ss_conn_switch(struct ss_conn *c, struct ss_handback *hb)
 {
 	ssize_t n;
@@ -730,17 +764,7 @@ int ss_conn_switch(struct ss_conn *c, struct ss_handback *hb)
 	*hb = (struct ss_handback){0};
 	pthread_mutex_lock(&c->lock);
 	if (c->lost) {
-		if (c->cr.switching) {
-			ret = -ECONNRESET; /* handed back once only */
-			goto out;
-		}
-		*hb = (struct ss_handback){.buf = c->lost_buf,
-					   .len = c->lost_len,
-					   .from = c->lost_from,
-					   .ended = c->lost_ended,
-					   .lost = true};
-		c->lost_buf = NULL;
-		c->cr.switching = true;
+		ret = conn_hand_lost(c, hb);
 		goto out;
 	}
 	if (c->st != ST_RUNNING) {
@@ -814,6 +838,7 @@ ssize_t ss_conn_take_unread(struct ss_conn *c, uint8_t **buf_p, uint64_t *receiv
 	}
 	c->rx_avail = 0;
 	c->rx_taken = true;
+	c->be->repost(c); /* the blocks go back where receives are posted */
 	ss_conn_report(c, false);
 	*buf_p = buf;
 	*received_p = c->pub->rx_bytes;
@@ -906,6 +931,10 @@ ssize_t ss_conn_recv(struct ss_conn *c, const struct iovec *iov, int iovcnt, boo
 		ret = conn_state_error(c);
 		goto out;
 	}
+	if (c->rx_taken) {
+		ret = -EXDEV; /* the unread bytes went back to the peer: the rest is on TCP */
+		goto out;
+	}
 	for (int i = 0; i < iovcnt && idx < c->rxq_count; i++) {
 		uint8_t *dst = iov[i].iov_base;
 		size_t left = iov[i].iov_len;
@@ -935,7 +964,7 @@ ssize_t ss_conn_recv(struct ss_conn *c, const struct iovec *iov, int iovcnt, boo
 			consumed++;
 		}
 		c->rx_avail -= copied;
-		/* Lost: still counted, so what completes after the break fits the window. */
+		/* Lost: its blocks still go back (an SRQ's to the shared queue). */
 		if (consumed && (c->st == ST_RUNNING || c->lost)) {
 			ss_credit_on_consumed(&c->cr, consumed);
 			ss_conn_push(c);
@@ -1006,6 +1035,10 @@ int ss_conn_shutdown_wr(struct ss_conn *c)
 		c->hold_until = 0;
 		ss_conn_push(c);
 		ss_conn_report(c, false);
+	} else if (c->lost && !c->lost_handed) {
+		c->lost_ended = true; /* our stream ends on TCP after what is held */
+	} else if (c->lost) {
+		ret = -EXDEV;
 	} else if (c->st != ST_FAILED) {
 		ret = -ENOTCONN;
 	}

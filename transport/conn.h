@@ -257,6 +257,15 @@ struct ss_handback {
 int ss_conn_switch(struct ss_conn *c, struct ss_handback *hb);
 
 /*
+ * The QP broke while a live move was under way (ours, or the peer's LOST
+ * after ss_conn_lose()): hands over the copy of ss_conn_switch's lost case
+ * (the bytes posted and not known delivered; the unposted went with the
+ * live switch). Returns 0, -EAGAIN when the QP has not broken, or
+ * -ECONNRESET when the copy was handed over already.
+ */
+int ss_conn_take_lost(struct ss_conn *c, struct ss_handback *hb);
+
+/*
  * The peer says its RDMA path is gone: our QP goes to the error state and
  * the connection is lost as if ours broke (ss_conn_switch). Returns 0, or
  * -ECONNRESET when it failed instead (not running, or a peer that cannot
@@ -368,6 +377,7 @@ struct ss_transport_ops {
 	ssize_t (*conn_take_unsent)(struct ss_conn *c, uint8_t **buf_p);
 	int (*conn_switch)(struct ss_conn *c, struct ss_handback *hb);
 	int (*conn_lose)(struct ss_conn *c);
+	int (*conn_take_lost)(struct ss_conn *c, struct ss_handback *hb);
 	ssize_t (*conn_take_unread)(struct ss_conn *c, uint8_t **buf_p, uint64_t *received_p);
 	int (*worker_watch)(struct ss_worker *w, struct ss_watch *wt, int fd, unsigned events);
 	void (*worker_unwatch)(struct ss_worker *w, struct ss_watch *wt);

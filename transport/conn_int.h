@@ -146,6 +146,7 @@ struct ss_conn {
 	uint8_t *lost_buf;
 	size_t lost_len;
 	bool lost_ended;
+	bool lost_handed;      /* the copy went to the shim (conn_hand_lost) */
 	struct ss_timer timer; /* one timer for all deadlines below (worker lock) */
 	uint64_t timer_due;    /* the deadline it was last armed for, 0 after it fired */
 	unsigned last_ready;

@@ -20,6 +20,7 @@ __attribute__((visibility("default"))) const struct ss_transport_ops ss_transpor
 	.conn_take_unsent = ss_conn_take_unsent,
 	.conn_switch = ss_conn_switch,
 	.conn_lose = ss_conn_lose,
+	.conn_take_lost = ss_conn_take_lost,
 	.conn_take_unread = ss_conn_take_unread,
 	.worker_watch = ss_worker_watch,
 	.worker_unwatch = ss_worker_unwatch,

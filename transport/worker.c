@@ -480,9 +480,9 @@ static void drain_async(struct ss_devctx *dc)
 			if (ev.event_type == IBV_EVENT_PORT_ERR &&
 			    ev.element.port_num != dc->dev->port)
 				break;
-			/* Its connections fail now (not after the transport's retries); new ones
-			 * stay on TCP. */
-			ss_log_warn("%s: %s: its connections fail, new ones stay on TCP",
+			/* Its connections are lost now (not after the transport's retries): those
+			 * that can move to TCP do, the others fail; new ones stay on TCP. */
+			ss_log_warn("%s: %s: its connections move to TCP, new ones stay on TCP",
 				    dc->dev->name, ibv_event_type_str(ev.event_type));
 			atomic_store_explicit(&dc->port_down, true, memory_order_release);
 			ss_cqs_for_each_conn(&dc->cqs, ss_conn_on_port_down);

@@ -2,12 +2,15 @@
 # The RDMA path lost while TCP lives: connections over 127.0.0.1 use rxe0
 # (SRQSHIM_DEVICE), then rxe0's netdev goes down (`ip link set dummy0
 # down`; loopback TCP is unaffected). In each mode: 8 connections that
-# stream 64 MiB each way (FAULTS_MIB=256 for the issue's figure) move to TCP (docs/protocol.md, section 4, "When
-# RDMA does not work") and every stream completes, checked byte by byte
+# stream 64 MiB each way (FAULTS_MIB=256 for the issue's figure) move to
+# TCP (docs/protocol.md, section 4, "When RDMA does not work") and every
+# stream completes, checked byte by byte
 # and by SHA-256 at both ends; srqshim-ctl shows each end on TCP with
 # reason rdma-lost and the moment it moved. A new connection from new
 # processes then stays on TCP with every byte, its reason shown by
-# srqshim-ctl. The netdev comes back up at the end.
+# srqshim-ctl. Then a live move (srqshim-ctl downgrade) whose RETURN is held
+# back while the port goes down completes as a lost one. The netdev comes
+# back up at the end.
 . "$(dirname "$0")/lib.sh"
 need_rdma
 
@@ -41,29 +44,39 @@ for mode in ${FAULTS_MODES:-srq rq}; do
 	N=${FAULTS_CONNS:-8}
 	BYTES=$((${FAULTS_MIB:-64} << 20))
 	spids=() cpids=()
+	# The servers listen first, then the clients start together, so that the
+	# first streams have not ended when the last ones begin.
 	for i in $(seq 1 $N); do
-		port=$((port + 1))
-		"${pre[@]}" "$SC" server $LO $port block $BYTES > "$WORK/s$i.log" 2>&1 &
+		"${pre[@]}" "$SC" server $LO $((port + i)) block $BYTES 5 > "$WORK/s$i.log" 2>&1 &
 		spids+=($!)
-		wait_listen $port
-		"${pre[@]}" "$SC" client $LO $port block $BYTES > "$WORK/c$i.log" 2>&1 &
+		wait_listen $((port + i))
+	done
+	for i in $(seq 1 $N); do
+		"${pre[@]}" "$SC" client $LO $((port + i)) block $BYTES 5 > "$WORK/c$i.log" 2>&1 &
 		cpids+=($!)
 	done
-	# Every end upgraded, and bytes moving over RDMA, before the port goes down.
-	for _ in $(seq 1 100); do
-		up=0
-		for p in "${spids[@]}" "${cpids[@]}"; do up=$((up + $(upgraded_now $p $mode))); done
-		[ $up = $((2 * N)) ] && break
-		sleep 0.1
+	port=$((port + N))
+	# Every end upgraded, and bytes moving over RDMA, before the port goes
+	# down: at once then, so that most of each stream is still to come.
+	for _ in $(seq 1 200); do
+		"$CTL" status --json > "$WORK/st.json"
+		up=$(python3 -c '
+import json, sys
+d = json.load(open(sys.argv[1]))
+pids = set(int(p) for p in sys.argv[2:])
+print(sum(1 for p in d["processes"] if p["pid"] in pids for c in p["connections"] if c["state"] == "upgraded"))' "$WORK/st.json" "${spids[@]}" "${cpids[@]}")
+		[ "$up" = $((2 * N)) ] && break
+		sleep 0.05
 	done
-	[ $up = $((2 * N)) ] || fail "$mode: $up of $((2 * N)) ends upgraded"
+	[ "$up" = $((2 * N)) ] || fail "$mode: $up of $((2 * N)) ends upgraded"
 	pk=$(rdma_pkts)
-	sleep 1
-	[ $(($(rdma_pkts) - pk)) -gt 1000 ] || fail "$mode: the streams do not move over RDMA"
+	sleep 0.2
+	[ $(($(rdma_pkts) - pk)) -gt 100 ] || fail "$mode: the streams do not move over RDMA"
 	ip link set "$NETDEV" down
 	down_at=$(date +%s)
 	# Each end shows the move: on TCP, reason rdma-lost, with its moment
-	# (an end is counted once seen; it may end its stream soon after).
+	# (an end is counted once seen; the ends hold their checked connections
+	# open 5 s before closing, for a status reader under load to see them).
 	declare -A seen=()
 	for _ in $(seq 1 100); do
 		"$CTL" status --json > "$WORK/st.json"
@@ -80,8 +93,22 @@ for p in d["processes"]:
 		[ $moved = $((2 * N)) ] && break
 		sleep 0.1
 	done
-	[ $moved = $((2 * N)) ] || { cat "$WORK/st.json"; tail -n 3 "$WORK"/[cs]?.log; fail "$mode: $moved of $((2 * N)) ends show the move to TCP (rdma-lost)"; }
+	if [ $moved != $((2 * N)) ]; then
+		for i in $(seq 1 $N); do
+			for p in ${spids[$((i - 1))]}:s$i ${cpids[$((i - 1))]}:c$i; do
+				[ -n "${seen[${p%%:*}]:-}" ] && continue
+				echo "== end ${p#*:} (pid ${p%%:*}) not seen moved; its status, then its log:"
+				"$CTL" status --pid "${p%%:*}" 2>&1 || true
+				tail -n 5 "$WORK/${p#*:}.log"
+			done
+		done
+		fail "$mode: $moved of $((2 * N)) ends show the move to TCP (rdma-lost)"
+	fi
 	pass "$mode: all $((2 * N)) ends moved to TCP, shown as rdma-lost with their moment"
+	# Bounded: a stream that stops shows its logs and the status.
+	for p in "${spids[@]}" "${cpids[@]}"; do
+		timeout 600 tail --pid=$p -f /dev/null || { "$CTL" status; tail -n 5 "$WORK"/[cs]?.log; fail "$mode: a stream still runs 10 min after the move"; }
+	done
 	for i in $(seq 1 $N); do
 		wait ${cpids[$((i - 1))]} || { tail -5 "$WORK/c$i.log" "$WORK/s$i.log"; fail "$mode: client $i failed after the move"; }
 		wait ${spids[$((i - 1))]} || { tail -5 "$WORK/s$i.log"; fail "$mode: server $i failed after the move"; }
@@ -91,10 +118,10 @@ for p in d["processes"]:
 
 	# A new connection, from new processes, with the port still down: TCP, every byte.
 	port=$((port + 1))
-	"${pre[@]}" "$SC" server $LO $port block $((64 << 20)) > "$WORK/s2.log" 2>&1 &
+	"${pre[@]}" "$SC" server $LO $port block $((16 << 20)) > "$WORK/s2.log" 2>&1 &
 	s=$!
 	wait_listen $port
-	"${pre[@]}" "$SC" client $LO $port block $((64 << 20)) > "$WORK/c2.log" 2>&1 &
+	"${pre[@]}" "$SC" client $LO $port block $((16 << 20)) > "$WORK/c2.log" 2>&1 &
 	c=$!
 	# Its status while it streams (each end is listed once decided).
 	for _ in $(seq 1 100); do
@@ -117,5 +144,36 @@ print(" ".join(c["state"] + ":" + str(c["reason"]) for c in cl + sv))
 	"tcp:no-device tcp:peer-plain" | "tcp:device-down tcp:peer-plain") ;;
 	*) cat "$WORK/st2.json"; fail "$mode: client and server show '$reasons'" ;;
 	esac
-	pass "$mode: a new connection with the port down stays on TCP, 64 MiB each way checked ($reasons)"
+	pass "$mode: a new connection with the port down stays on TCP, 16 MiB each way checked ($reasons)"
+
+	# A live move the break overtakes: the server asks for the move, the
+	# client holds its RETURN 2 s (SRQSHIM_TEST_DELAYS) and the port goes
+	# down meanwhile; each end goes on as a lost move (shim/down.c,
+	# down_check_lost) and every byte is checked.
+	restore
+	port=$((port + 1))
+	"${pre[@]}" SRQSHIM_LOG_LEVEL=info "$SC" server $LO $port block $((32 << 20)) > "$WORK/s3.log" 2>&1 &
+	s=$!
+	wait_listen $port
+	"${pre[@]}" SRQSHIM_LOG_LEVEL=info SRQSHIM_TEST_DELAYS=down-return=2000 \
+		"$SC" client $LO $port block $((32 << 20)) > "$WORK/c3.log" 2>&1 &
+	c=$!
+	rx=0
+	for _ in $(seq 1 400); do
+		rx=$(status_of $s "sum(c['rx_bytes'] for c in p['connections'] if c['state'] == 'upgraded')" 2> /dev/null || echo 0)
+		[ "$rx" -ge $((1 << 20)) ] || ! alive $c && break
+		sleep 0.05
+	done
+	[ "$rx" -ge $((1 << 20)) ] || { cat "$WORK/c3.log" "$WORK/s3.log"; fail "$mode: only $rx bytes over RDMA before the move"; }
+	out=$("$CTL" downgrade --pid $s)
+	case $out in "1 connection"*) ;; *) fail "$mode: srqshim-ctl said: $out" ;; esac
+	sleep 0.5
+	ip link set "$NETDEV" down
+	timeout 300 tail --pid=$c -f /dev/null || fail "$mode: the moved stream still runs after 5 min"
+	wait $c || { tail -n 20 "$WORK/c3.log" "$WORK/s3.log"; fail "$mode: client of the broken move failed"; }
+	wait $s || { tail -n 20 "$WORK/s3.log"; fail "$mode: server of the broken move failed"; }
+	same_streams "$WORK/c3.log" "$WORK/s3.log"
+	grep -q "the RDMA path broke during the move" "$WORK/c3.log" "$WORK/s3.log" \
+		|| { grep srqshim "$WORK/c3.log" "$WORK/s3.log"; fail "$mode: no end saw the break during the move"; }
+	pass "$mode: a live move broken by the port going down completed as a lost one, 32 MiB each way checked"
 done

@@ -2,8 +2,9 @@
 # A connection that changes hands mid-stream (docs/protocol.md, section 4):
 # the server echoes the first quarter of the client's stream itself, then
 # execs a program that inherits the connection (inetd without the fork),
-# passes it to another process with SCM_RIGHTS, or hands it to stdio; the
-# new owner echoes the rest. Bytes are in flight both ways at that moment.
+# passes it to another process with SCM_RIGHTS (sendmsg, or sendmmsg:
+# passm), or hands it to stdio; the new owner echoes the rest. Or it echoes the rest with dprintf, which
+# stays on RDMA. Bytes are in flight both ways at that moment.
 # Each case runs over kernel TCP first, then under the shim in both modes:
 # the client checks every echoed byte; under the shim the first quarter
 # went over RDMA and the rest over TCP. Then urgent data (MSG_OOB), whose
@@ -13,7 +14,7 @@ need_rdma
 
 bytes=$((16 << 20))
 # SRQSHIM_HANDOVER_CASES: a subset to run (all by default).
-cases=${SRQSHIM_HANDOVER_CASES:-exec pass stdio oob}
+cases=${SRQSHIM_HANDOVER_CASES:-exec pass passm stdio dprintf oob}
 port=9800
 HC=$BUILD/tests/handover_check
 
@@ -45,6 +46,13 @@ for how in $cases; do
 	for mode in srq rq; do
 		run_case $how "$mode" env LD_PRELOAD="$PRELOAD" SRQSHIM_MODE=$mode -- \
 			env LD_PRELOAD="$PRELOAD" SRQSHIM_MODE=$mode
+		if [ "$how" = dprintf ]; then
+			# dprintf is formatted in the shim and written through it: no move.
+			[ "$PKTS" -ge $((bytes / 4096 * 2)) ] || fail "$how ($mode): only $PKTS RDMA packets"
+			[ "$TCP_RX" -lt $((bytes / 64)) ] || fail "$how ($mode): TCP carried $TCP_RX bytes"
+			pass "$how ($mode): $bytes bytes echoed and checked, all over RDMA ($PKTS packets, $TCP_RX bytes over TCP)"
+			continue
+		fi
 		# The first quarter each way over RDMA (4 KiB packets at most), the rest over TCP.
 		[ "$PKTS" -ge $((bytes / 4 / 4096 * 2)) ] || fail "$how ($mode): only $PKTS RDMA packets"
 		[ "$TCP_RX" -ge $((bytes / 2)) ] || fail "$how ($mode): TCP carried only $TCP_RX bytes"
