@@ -433,16 +433,20 @@ EXPORT FILE *fdopen(int fd, const char *mode)
  * so the connection stays where it is. (The fortified variants' %n check
  * is not made for such a socket; other fds get glibc's own.)
  */
-EXPORT int vdprintf(int fd, const char *fmt, va_list ap)
+static bool dprintf_fd_is_ours(int fd)
 {
-	struct ss_sock *s;
+	struct ss_sock *s = ss_sock_get(fd);
+
+	if (s)
+		ss_sock_put(s);
+	return s != NULL;
+}
+
+static int dprintf_through_shim(int fd, const char *fmt, va_list ap)
+{
 	char *text;
 	int n;
 
-	real_ready();
-	if (!(s = ss_sock_get(fd)))
-		return ss_real.vdprintf(fd, fmt, ap);
-	ss_sock_put(s);
 	if ((n = vasprintf(&text, fmt, ap)) < 0)
 		return -1;
 	for (int off = 0; off < n;) {
@@ -462,6 +466,13 @@ EXPORT int vdprintf(int fd, const char *fmt, va_list ap)
 	return n;
 }
 
+EXPORT int vdprintf(int fd, const char *fmt, va_list ap)
+{
+	real_ready();
+	return dprintf_fd_is_ours(fd) ? dprintf_through_shim(fd, fmt, ap)
+				      : ss_real.vdprintf(fd, fmt, ap);
+}
+
 EXPORT int dprintf(int fd, const char *fmt, ...)
 {
 	va_list ap;
@@ -475,14 +486,9 @@ EXPORT int dprintf(int fd, const char *fmt, ...)
 
 EXPORT int __vdprintf_chk(int fd, int flag, const char *fmt, va_list ap)
 {
-	struct ss_sock *s;
-
 	real_ready();
-	/* Not a socket of ours: glibc's own, with its checks. */
-	if (!(s = ss_sock_get(fd)))
-		return ss_real.__vdprintf_chk(fd, flag, fmt, ap);
-	ss_sock_put(s);
-	return vdprintf(fd, fmt, ap);
+	return dprintf_fd_is_ours(fd) ? dprintf_through_shim(fd, fmt, ap)
+				      : ss_real.__vdprintf_chk(fd, flag, fmt, ap);
 }
 
 EXPORT int __dprintf_chk(int fd, int flag, const char *fmt, ...)

@@ -723,6 +723,20 @@ int ss_conn_lose(struct ss_conn *c)
 	return ret;
 }
 
+/*
+ * The slots written and not posted are empty again, their blocks back in
+ * the pool: their bytes went to the shim, which sends them over TCP. Lock
+ * held.
+ */
+static void conn_drop_unposted(struct ss_conn *c)
+{
+	while (c->tx_open != c->tx_posted) {
+		c->tx_open--;
+		ss_pool_put(c->txp, c->tx_blk[c->tx_open % c->n_tx]);
+		c->tx_blk[c->tx_open % c->n_tx] = NULL;
+	}
+}
+
 /* Hands the copy made when the QP broke to the caller, once; lock held. */
 static int conn_hand_lost(struct ss_conn *c, struct ss_handback *hb)
 {
@@ -736,12 +750,7 @@ static int conn_hand_lost(struct ss_conn *c, struct ss_handback *hb)
 	c->lost_buf = NULL;
 	c->lost_handed = true;
 	c->cr.switching = true;
-	/* Never posted now: the unposted slots' blocks go back to the pool. */
-	while (c->tx_open != c->tx_posted) {
-		c->tx_open--;
-		ss_pool_put(c->txp, c->tx_blk[c->tx_open % c->n_tx]);
-		c->tx_blk[c->tx_open % c->n_tx] = NULL;
-	}
+	conn_drop_unposted(c); /* never posted now */
 	return 0;
 }
 
@@ -790,12 +799,8 @@ int ss_conn_switch(struct ss_conn *c, struct ss_handback *hb)
 		goto out;
 	}
 	hb->len = (size_t)n;
-	/* What was not posted goes on over TCP: its slots are empty again. */
-	while (c->tx_open != c->tx_posted) {
-		c->tx_open--;
-		ss_pool_put(c->txp, c->tx_blk[c->tx_open % c->n_tx]);
-		c->tx_blk[c->tx_open % c->n_tx] = NULL;
-	}
+	/* What was not posted goes on over TCP. */
+	conn_drop_unposted(c);
 	c->hold_until = 0;
 	c->cr.switching = true;
 	c->eos_wanted = true;

@@ -14,9 +14,6 @@ need_rdma
 bytes=$((32 << 20))
 port=9700
 
-# Bytes the server's one connection received over RDMA so far (0 when not shown).
-server_rx() { status_of "$1" "sum(c['rx_bytes'] for c in p['connections'] if c['state'] == 'upgraded')" 2> /dev/null || echo 0; }
-
 # Starts stream_check at both ends ($1: style; SERVER_ENV, CLIENT_ENV: more
 # variables), waits until a few MiB went over RDMA and asks for the move
 # ($2: server, client, both). Sets spid, cpid, rx.
@@ -33,7 +30,7 @@ start_and_move() {
 	rx=0
 	# Mid-stream: once a megabyte went over RDMA.
 	for _ in $(seq 1 400); do
-		rx=$(server_rx $spid)
+		rx=$(upgraded_rx $spid)
 		[ "$rx" -ge $((1 << 20)) ] && break
 		alive $cpid || break
 		sleep 0.05

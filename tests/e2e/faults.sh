@@ -160,7 +160,7 @@ print(" ".join(c["state"] + ":" + str(c["reason"]) for c in cl + sv))
 	c=$!
 	rx=0
 	for _ in $(seq 1 400); do
-		rx=$(status_of $s "sum(c['rx_bytes'] for c in p['connections'] if c['state'] == 'upgraded')" 2> /dev/null || echo 0)
+		rx=$(upgraded_rx $s)
 		[ "$rx" -ge $((1 << 20)) ] || ! alive $c && break
 		sleep 0.05
 	done

@@ -3,8 +3,9 @@
 # the server echoes the first quarter of the client's stream itself, then
 # execs a program that inherits the connection (inetd without the fork),
 # passes it to another process with SCM_RIGHTS (sendmsg, or sendmmsg:
-# passm), or hands it to stdio; the new owner echoes the rest. Or it echoes the rest with dprintf, which
-# stays on RDMA. Bytes are in flight both ways at that moment.
+# passm), or hands it to stdio; the new owner echoes the rest. Or it
+# echoes the rest with dprintf, which stays on RDMA. Bytes are in flight
+# both ways at that moment.
 # Each case runs over kernel TCP first, then under the shim in both modes:
 # the client checks every echoed byte; under the shim the first quarter
 # went over RDMA and the rest over TCP. Then urgent data (MSG_OOB), whose

@@ -72,6 +72,9 @@ upgraded_now() {
 		"$2" 2> /dev/null || echo 0
 }
 
+# Bytes process $1's upgraded connections received over RDMA so far (0 when not shown).
+upgraded_rx() { status_of "$1" "sum(c['rx_bytes'] for c in p['connections'] if c['state'] == 'upgraded')" 2> /dev/null || echo 0; }
+
 # True while process $1 runs (a zombie child has ended).
 alive() { [ -d "/proc/$1" ] && ! grep -q '^State:.*zombie' "/proc/$1/status" 2>/dev/null; }
 
