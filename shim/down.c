@@ -145,6 +145,42 @@ static int down_send(struct ss_sock *s, struct ss_down *d)
 }
 
 /*
+ * A live move whose QP broke meanwhile (ours, or the peer's LOST) goes on
+ * as a lost one: the bytes posted and not known delivered go before those
+ * held, and our stream resumes where the peer's count says. The peer hears
+ * LOST if our RETURN is not queued yet (it may be waiting for our end of
+ * stream on the QP). After our RETURN a LOST would read as stream bytes:
+ * none is sent. The peer's count still settles our side; a peer that waits
+ * for an end of stream the break took away runs out of time and resets
+ * (docs/protocol.md, section 4).
+ */
+static int down_check_lost(struct ss_sock *s, struct ss_down *d)
+{
+	struct ss_handback hb;
+	int r;
+
+	if (d->lost || (r = ss_tp->conn_take_lost(s->conn, &hb)) == -EAGAIN)
+		return 0;
+	if (r)
+		return r;
+	r = hb.len ? ss_hold_prepend(s, hb.buf, hb.len) : 0;
+	free(hb.buf);
+	if (r)
+		return r;
+	d->lost = true;
+	d->from = hb.from;
+	/* The peer can have received only from the copy: the unposted bytes
+	 * the live switch took back were never sent over RDMA. */
+	d->from_len = hb.len;
+	s->reason = SS_REASON_RDMA_LOST;
+	ss_log_info("fd %d: the RDMA path broke during the move: %zu more bytes to resend",
+		    s->fds[0], hb.len);
+	if (d->returned)
+		return 0;
+	return down_out_add(d, &(struct ss_msg){.type = SS_MSG_LOST, .nonce = s->nonce}, NULL, 0);
+}
+
+/*
  * Once the peer's RDMA stream has ended (every byte it sent that way is
  * here): RETURN with the bytes our application never read. Returns 0,
  * -EAGAIN while the end is not there yet, or -errno.
@@ -166,9 +202,11 @@ static int down_build_return(struct ss_sock *s, struct ss_down *d)
 	if (n < 0)
 		return (int)n;
 	ss_test_delay(SS_TP_DOWN_RETURN);
-	if ((size_t)n > SS_RETURN_MAX)
+	/* A break that came while the unread bytes were taken: LOST goes before RETURN. */
+	r = down_check_lost(s, d);
+	if (r == 0 && (size_t)n > SS_RETURN_MAX)
 		r = -EMSGSIZE;
-	else
+	else if (r == 0)
 		r = down_out_add(d,
 				 &(struct ss_msg){.type = SS_MSG_RETURN,
 						  .nonce = s->nonce,
@@ -233,40 +271,6 @@ static int down_read(struct ss_sock *s, struct ss_down *d)
 		}
 	}
 	return 0;
-}
-
-/*
- * A live move whose QP broke meanwhile (ours, or the peer's LOST) goes on
- * as a lost one: the bytes posted and not known delivered go before those
- * held, and our stream resumes where the peer's count says. The peer hears
- * LOST if our RETURN is not queued yet (it may be waiting for our end of
- * stream on the QP). After our RETURN a LOST would read as stream bytes:
- * none is sent. The peer's count still settles our side; a peer that waits
- * for an end of stream the break took away runs out of time and resets
- * (docs/protocol.md, section 4).
- */
-static int down_check_lost(struct ss_sock *s, struct ss_down *d)
-{
-	struct ss_handback hb;
-	int r;
-
-	if (d->lost || (r = ss_tp->conn_take_lost(s->conn, &hb)) == -EAGAIN)
-		return 0;
-	if (r)
-		return r;
-	r = hb.len ? ss_hold_prepend(s, hb.buf, hb.len) : 0;
-	free(hb.buf);
-	if (r)
-		return r;
-	d->lost = true;
-	d->from = hb.from;
-	d->from_len += hb.len;
-	s->reason = SS_REASON_RDMA_LOST;
-	ss_log_info("fd %d: the RDMA path broke during the move: %zu more bytes to resend",
-		    s->fds[0], hb.len);
-	if (d->returned)
-		return 0;
-	return down_out_add(d, &(struct ss_msg){.type = SS_MSG_LOST, .nonce = s->nonce}, NULL, 0);
 }
 
 /*

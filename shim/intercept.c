@@ -31,6 +31,7 @@ ssize_t __read_chk(int fd, void *buf, size_t count, size_t buflen);
 ssize_t __recv_chk(int fd, void *buf, size_t len, size_t buflen, int flags);
 int __vdprintf_chk(int fd, int flag, const char *fmt, va_list ap);
 int __dprintf_chk(int fd, int flag, const char *fmt, ...);
+int __vasprintf_chk(char **out, int flag, const char *fmt, va_list ap);
 ssize_t __recvfrom_chk(int fd, void *buf, size_t len, size_t buflen, int flags,
 		       struct sockaddr *addr, socklen_t *alen);
 /* By their symbols: <sys/sendfile.h> would rename sendfile to sendfile64 (64-bit offsets). */
@@ -430,8 +431,9 @@ EXPORT FILE *fdopen(int fd, const char *mode)
 /*
  * dprintf writes with glibc's own calls, past the shim: on a socket the
  * shim carries, the text is formatted here and written through the shim,
- * so the connection stays where it is. (The fortified variants' %n check
- * is not made for such a socket; other fds get glibc's own.)
+ * so the connection stays where it is. The fortified variants format with
+ * glibc's fortified vasprintf, so their %n check holds there too (flag 0:
+ * none, as plain vasprintf).
  */
 static bool dprintf_fd_is_ours(int fd)
 {
@@ -442,12 +444,12 @@ static bool dprintf_fd_is_ours(int fd)
 	return s != NULL;
 }
 
-static int dprintf_through_shim(int fd, const char *fmt, va_list ap)
+static int dprintf_through_shim(int fd, int flag, const char *fmt, va_list ap)
 {
 	char *text;
 	int n;
 
-	if ((n = vasprintf(&text, fmt, ap)) < 0)
+	if ((n = __vasprintf_chk(&text, flag, fmt, ap)) < 0)
 		return -1;
 	for (int off = 0; off < n;) {
 		ssize_t w = write(fd, text + off, (size_t)(n - off));
@@ -469,7 +471,7 @@ static int dprintf_through_shim(int fd, const char *fmt, va_list ap)
 EXPORT int vdprintf(int fd, const char *fmt, va_list ap)
 {
 	real_ready();
-	return dprintf_fd_is_ours(fd) ? dprintf_through_shim(fd, fmt, ap)
+	return dprintf_fd_is_ours(fd) ? dprintf_through_shim(fd, 0, fmt, ap)
 				      : ss_real.vdprintf(fd, fmt, ap);
 }
 
@@ -487,7 +489,7 @@ EXPORT int dprintf(int fd, const char *fmt, ...)
 EXPORT int __vdprintf_chk(int fd, int flag, const char *fmt, va_list ap)
 {
 	real_ready();
-	return dprintf_fd_is_ours(fd) ? dprintf_through_shim(fd, fmt, ap)
+	return dprintf_fd_is_ours(fd) ? dprintf_through_shim(fd, flag, fmt, ap)
 				      : ss_real.__vdprintf_chk(fd, flag, fmt, ap);
 }
 
