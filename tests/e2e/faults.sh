@@ -78,14 +78,19 @@ print(sum(1 for p in d["processes"] if p["pid"] in pids for c in p["connections"
 	# (an end is counted once seen; the ends hold their checked connections
 	# open 5 s before closing, for a status reader under load to see them).
 	declare -A seen=()
-	for _ in $(seq 1 100); do
+	: > "$WORK/seen.log"
+	# For 90 s at most (a bound in time, not in rounds: one round of the
+	# status and python takes longer on a loaded machine).
+	while [ $(($(date +%s) - down_at)) -lt 90 ]; do
 		"$CTL" status --json > "$WORK/st.json"
 		for p in $(python3 -c '
 import json, sys
 d = json.load(open(sys.argv[1]))
 for p in d["processes"]:
+    for c in p["connections"]:
+        print(p["pid"], c["state"], c["reason"], c["moved_at"], file=sys.stderr)
     if any(c["state"] == "tcp" and c["reason"] == "rdma-lost" and (c["moved_at"] or 0) >= float(sys.argv[2]) for c in p["connections"]):
-        print(p["pid"])' "$WORK/st.json" $((down_at - 1))); do
+        print(p["pid"])' "$WORK/st.json" $((down_at - 1)) 2>> "$WORK/seen.log"); do
 			seen[$p]=1
 		done
 		moved=0
@@ -97,8 +102,8 @@ for p in d["processes"]:
 		for i in $(seq 1 $N); do
 			for p in ${spids[$((i - 1))]}:s$i ${cpids[$((i - 1))]}:c$i; do
 				[ -n "${seen[${p%%:*}]:-}" ] && continue
-				echo "== end ${p#*:} (pid ${p%%:*}) not seen moved; its status, then its log:"
-				"$CTL" status --pid "${p%%:*}" 2>&1 || true
+				echo "== end ${p#*:} (pid ${p%%:*}) not seen moved; what the status showed of it (state, reason, moved_at), then its log:"
+				grep "^${p%%:*} " "$WORK/seen.log" | uniq -c || true
 				tail -n 5 "$WORK/${p#*:}.log"
 			done
 		done
