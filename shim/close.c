@@ -103,7 +103,7 @@ static void close_in_background(struct ss_sock *s, struct ss_conn *c, uint64_t e
 	ss_bg_kick(s, ss_now_ms());
 }
 
-void ss_sock_finish(struct ss_sock *s)
+void ss_sock_finish(struct ss_sock *s, bool may_block)
 {
 	uint64_t end = ss_deadline_in(ss_cfg.linger_ms);
 	struct ss_conn *c = NULL;
@@ -157,7 +157,7 @@ void ss_sock_finish(struct ss_sock *s)
 	 * SO_LINGER with a time: close waits up to that long, as TCP's; what
 	 * is not delivered by then gets the background's own time after it.
 	 */
-	if (linger > 0) {
+	if (linger > 0 && may_block) {
 		ss_tp->conn_drain(c, linger);
 		end = ss_deadline_in(ss_cfg.linger_ms);
 	}

@@ -35,6 +35,7 @@ static const char *const test_points[SS_TP__COUNT] = {
 	[SS_TP_SERVER_PAIR] = "server-pair",
 	[SS_TP_LOAD] = "load",
 	[SS_TP_DOWN_RETURN] = "down-return",
+	[SS_TP_HANDOVER] = "handover",
 };
 /* clang-format on */
 
@@ -54,11 +55,15 @@ int ss_test_delays_parse(const char *value, int ms[SS_TP__COUNT], char *err, siz
 			if (strlen(test_points[i]) == n && strncmp(p, test_points[i], n) == 0)
 				break;
 		if (i == SS_TP__COUNT || p[n] != '=') {
-			snprintf(err, errlen,
-				 "SRQSHIM_TEST_DELAYS: '%.*s' is not POINT=MS (points: "
-				 "client-hello, client-ready, server-ack, server-accept, "
-				 "first-read, server-pair, load)",
-				 (int)n, p);
+			int len = snprintf(
+				err, errlen,
+				"SRQSHIM_TEST_DELAYS: '%.*s' is not POINT=MS (points:", (int)n, p);
+
+			for (int k = 0; k < SS_TP__COUNT && len > 0 && (size_t)len < errlen; k++)
+				len += snprintf(err + len, errlen - (size_t)len, " %s",
+						test_points[k]);
+			if (len > 0 && (size_t)len < errlen)
+				snprintf(err + len, errlen - (size_t)len, ")");
 			return -EINVAL;
 		}
 		errno = 0;

@@ -46,13 +46,14 @@ enum ss_test_point {
 	SS_TP_SERVER_PAIR,   /* server: the HELLO taken, before the socketpair goes on the fd */
 	SS_TP_LOAD,          /* before the transport module is loaded */
 	SS_TP_DOWN_RETURN,   /* a live downgrade: the peer's RDMA stream ended, before RETURN */
+	SS_TP_HANDOVER,      /* a forked child's request for its connection: before the answer */
 	SS_TP__COUNT,
 };
 
 /*
  * Parses "point=ms[,point=ms...]" (points: client-hello, client-ready,
- * server-ack, server-accept, first-read, server-pair, load, down-return) into ms[]. Returns 0 or
- * -EINVAL with a message.
+ * server-ack, server-accept, first-read, server-pair, load, down-return,
+ * handover) into ms[]. Returns 0 or -EINVAL with a message.
  */
 int ss_test_delays_parse(const char *value, int ms[SS_TP__COUNT], char *err, size_t errlen);
 

@@ -4,8 +4,10 @@
  * datagram socket in the abstract namespace of the process's network
  * namespace, named "srqshim.PID", made with the worker and watched by the
  * progress thread. A request is one line, "downgrade FD" (FD -1: every
- * upgraded connection); the answer, to the sender's address, is "ok N"
- * (N connections start their move) or "error TEXT"; only the process's own
+ * upgraded connection), or "handover SERIAL" (a forked child's exec asks
+ * for the connection it inherited: inherit.c); the answer, to the
+ * sender's address, is "ok N" (N connections start their move) or "error
+ * TEXT"; only the process's own
  * user and root are obeyed (SO_PASSCRED). Only the progress
  * thread reads the socket; the moves run there too (decide.c), as the
  * sockets' background work.
@@ -40,11 +42,34 @@ static void ctlchan_want(struct ss_sock *s)
 	ctlchan_count++;
 }
 
+/* "handover SERIAL": a forked child's exec asks for a connection it inherited (inherit.c). */
+static int ctlchan_handover(const char *arg, char *answer, size_t len)
+{
+	char *end;
+	unsigned long long serial = strtoull(arg, &end, 10);
+	struct ss_sock *s;
+
+	if (end == arg || (*end && *end != '\n')) {
+		snprintf(answer, len, "error bad serial");
+		return -EINVAL;
+	}
+	ctlchan_count = 0;
+	ss_test_delay(SS_TP_HANDOVER);
+	s = ss_inherit_find(serial);
+	if (s)
+		ctlchan_want(s);
+	ss_sock_put(s);
+	snprintf(answer, len, "ok %d", ctlchan_count);
+	return 0;
+}
+
 static int ctlchan_request(const char *req, char *answer, size_t len)
 {
 	char *end;
 	long fd;
 
+	if (strncmp(req, "handover ", 9) == 0)
+		return ctlchan_handover(req + 9, answer, len);
 	if (strncmp(req, "downgrade ", 10) != 0) {
 		snprintf(answer, len, "error unknown request");
 		return -EINVAL;

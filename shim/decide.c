@@ -207,7 +207,8 @@ static void decide_bg_enter(struct ss_sock *s)
 	/* Plain (or not yet connecting): nothing for the state's work; a stale kick or event. */
 	bool work = st >= SS_SOCK_CONNECTING && st != SS_SOCK_PLAIN && st != SS_SOCK_FOREIGN;
 
-	if (!work && !atomic_load_explicit(&s->closing, memory_order_acquire))
+	if (!work && !atomic_load_explicit(&s->closing, memory_order_acquire) &&
+	    !atomic_load_explicit(&s->kept, memory_order_acquire))
 		return;
 	if (!ss_sock_tryget(s))
 		return; /* being freed */
@@ -228,6 +229,9 @@ static void decide_bg_enter(struct ss_sock *s)
 	/* Closed by the application: its bytes are delivered from here (close.c). */
 	if (atomic_load_explicit(&s->closing, memory_order_acquire))
 		ss_close_bg_step(s);
+	/* Closed here, held by a forked child too (inherit.c). */
+	if (atomic_load_explicit(&s->kept, memory_order_acquire))
+		ss_inherit_bg_step(s);
 	ss_sock_put(s);
 }
 

@@ -1,12 +1,13 @@
 /*
  * Moves back to TCP that the caller waits for (down.c runs the move): an
- * exec whose new image inherits upgraded connections, an fd passed to
+ * exec (or a posix_spawn) whose new image inherits upgraded connections, an fd passed to
  * another process (SCM_RIGHTS), stdio on a socket (fdopen), urgent data
  * (MSG_OOB). Application threads, no lock of ours held.
  */
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <spawn.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
@@ -82,22 +83,30 @@ void ss_down_passed_fds(const struct msghdr *msg)
 	}
 }
 
-/* Whether an upgraded (or moving) connection has a name the new image inherits. */
-static bool handover_inherited(struct ss_sock *s)
+/* The file actions of the posix_spawn this thread prepares, or NULL (an exec). */
+static __thread const posix_spawn_file_actions_t *handover_fa;
+
+bool ss_image_inherits(struct ss_sock *s)
 {
-	int st = ss_sock_state(s);
 	bool inherited = false;
 
-	if (st != SS_SOCK_UPGRADED && st != SS_SOCK_FALLBACK)
-		return false;
 	pthread_mutex_lock(&s->fd_lock);
 	for (int i = 0; i < s->n_fds && !inherited; i++) {
 		int fl = ss_real.fcntl(s->fds[i], F_GETFD);
 
-		inherited = fl >= 0 && !(fl & FD_CLOEXEC);
+		inherited =
+			(fl >= 0 && !(fl & FD_CLOEXEC)) || ss_spawn_dups(handover_fa, s->fds[i]);
 	}
 	pthread_mutex_unlock(&s->fd_lock);
 	return inherited;
+}
+
+/* Whether an upgraded (or moving) connection has a name the new image inherits. */
+static bool handover_inherited(struct ss_sock *s)
+{
+	int st = ss_sock_state(s);
+
+	return (st == SS_SOCK_UPGRADED || st == SS_SOCK_FALLBACK) && ss_image_inherits(s);
 }
 
 /* First pass: every move starts (a connection before its commit point is asked again later). */
@@ -120,8 +129,12 @@ static void handover_exec_wait(struct ss_sock *s)
 			    s->fds[0]);
 }
 
-void ss_down_before_exec(void)
+void ss_down_before_exec(const posix_spawn_file_actions_t *fa)
 {
+	handover_fa = fa;
 	ss_sock_for_each_held(handover_exec_start);
 	ss_sock_for_each_held(handover_exec_wait);
+	/* A forked child's: the owner moves them (inherit.c). */
+	ss_inherit_before_exec();
+	handover_fa = NULL;
 }

@@ -11,6 +11,7 @@
 #include <signal.h>
 #include <stdarg.h>
 #include <stdlib.h>
+#include <spawn.h>
 #include <string.h>
 #include <sys/ioctl.h>
 #include <linux/sockios.h>
@@ -385,38 +386,40 @@ EXPORT void _Exit(int code)
  * whose fd the new image inherits moves back onto its TCP connection
  * (down.c), so that the new image gets a TCP socket with the stream intact.
  */
-static void exec_prepare(void)
+/* spawn: a posix_spawn with its file actions fa (or NULL); this process goes on. */
+static void exec_prepare(bool spawn, const posix_spawn_file_actions_t *fa)
 {
 	if (!ss_in_call && !ss_in_vfork_child())
-		ss_down_before_exec();
-	ss_shim_leaving(false);
+		ss_down_before_exec(fa);
+	if (!spawn)
+		ss_shim_leaving(false);
 }
 
 EXPORT int execve(const char *path, char *const argv[], char *const envp[])
 {
 	real_ready();
-	exec_prepare();
+	exec_prepare(false, NULL);
 	return ss_real.execve(path, argv, envp);
 }
 
 EXPORT int execv(const char *path, char *const argv[])
 {
 	real_ready();
-	exec_prepare();
+	exec_prepare(false, NULL);
 	return ss_real.execv(path, argv);
 }
 
 EXPORT int execvp(const char *file, char *const argv[])
 {
 	real_ready();
-	exec_prepare();
+	exec_prepare(false, NULL);
 	return ss_real.execvp(file, argv);
 }
 
 EXPORT int execvpe(const char *file, char *const argv[], char *const envp[])
 {
 	real_ready();
-	exec_prepare();
+	exec_prepare(false, NULL);
 	return ss_real.execvpe(file, argv, envp);
 }
 
@@ -507,8 +510,54 @@ EXPORT int __dprintf_chk(int fd, int flag, const char *fmt, ...)
 EXPORT int fexecve(int fd, char *const argv[], char *const envp[])
 {
 	real_ready();
-	exec_prepare();
+	exec_prepare(false, NULL);
 	return ss_real.fexecve(fd, argv, envp);
+}
+
+/*
+ * posix_spawn: the program's connections move back to TCP first, as an
+ * exec's (the names it inherits and the sources of its file actions'
+ * dup2); this process goes on, so nothing of its own is delivered first.
+ */
+EXPORT int posix_spawn(pid_t *pid, const char *path, const posix_spawn_file_actions_t *fa,
+		       const posix_spawnattr_t *attr, char *const argv[], char *const envp[])
+{
+	real_ready();
+	exec_prepare(true, fa);
+	return ss_real.posix_spawn(pid, path, fa, attr, argv, envp);
+}
+
+EXPORT int posix_spawnp(pid_t *pid, const char *file, const posix_spawn_file_actions_t *fa,
+			const posix_spawnattr_t *attr, char *const argv[], char *const envp[])
+{
+	real_ready();
+	exec_prepare(true, fa);
+	return ss_real.posix_spawnp(pid, file, fa, attr, argv, envp);
+}
+
+EXPORT int posix_spawn_file_actions_init(posix_spawn_file_actions_t *fa)
+{
+	real_ready();
+	ss_spawn_forget(fa);
+	return ss_real.posix_spawn_file_actions_init(fa);
+}
+
+EXPORT int posix_spawn_file_actions_destroy(posix_spawn_file_actions_t *fa)
+{
+	real_ready();
+	ss_spawn_forget(fa);
+	return ss_real.posix_spawn_file_actions_destroy(fa);
+}
+
+EXPORT int posix_spawn_file_actions_adddup2(posix_spawn_file_actions_t *fa, int fd, int newfd)
+{
+	int r;
+
+	real_ready();
+	r = ss_real.posix_spawn_file_actions_adddup2(fa, fd, newfd);
+	if (r == 0)
+		ss_spawn_note_dup(fa, fd);
+	return r;
 }
 
 enum exec_how { EXEC_PATH, EXEC_SEARCH, EXEC_ENV };
@@ -634,7 +683,9 @@ static void last_name_closed(struct ss_sock *s)
 {
 	int err = errno;
 
-	ss_sock_finish(s);
+	/* Unless a forked child holds it too: it stays for that child (inherit.c). */
+	if (!ss_inherit_keep(s))
+		ss_sock_finish(s, true);
 	ss_epoll_sock_gone(s);
 	ss_sock_put(s);
 	errno = err;

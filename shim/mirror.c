@@ -189,6 +189,9 @@ int ss_leave_pair(struct ss_sock *s, bool failed)
 	}
 	pthread_mutex_unlock(&s->fd_lock);
 	s->tcp_fd = -1;
+	/* A forked child holding the application's end takes the socket from there (its exec). */
+	if (!failed)
+		ss_inherit_pass(s, tcp);
 	/* The application's flags (O_NONBLOCK) come back from its names. */
 	ret = ss_put_on_names(s, tcp);
 	pthread_mutex_lock(&s->fd_lock);

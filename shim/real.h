@@ -4,6 +4,7 @@
 
 #include <poll.h>
 #include <signal.h>
+#include <spawn.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <sys/epoll.h>
@@ -56,6 +57,15 @@
 	X(execvp, int, (const char *, char *const[]))                                              \
 	X(execvpe, int, (const char *, char *const[], char *const[]))                              \
 	X(fexecve, int, (int, char *const[], char *const[]))                                       \
+	X(posix_spawn, int,                                                                        \
+	  (pid_t *, const char *, const posix_spawn_file_actions_t *, const posix_spawnattr_t *,   \
+	   char *const[], char *const[]))                                                          \
+	X(posix_spawnp, int,                                                                       \
+	  (pid_t *, const char *, const posix_spawn_file_actions_t *, const posix_spawnattr_t *,   \
+	   char *const[], char *const[]))                                                          \
+	X(posix_spawn_file_actions_init, int, (posix_spawn_file_actions_t *))                      \
+	X(posix_spawn_file_actions_destroy, int, (posix_spawn_file_actions_t *))                   \
+	X(posix_spawn_file_actions_adddup2, int, (posix_spawn_file_actions_t *, int, int))         \
 	X(fdopen, FILE *, (int, const char *))                                                     \
 	X(vdprintf, int, (int, const char *, va_list))                                             \
 	X(__vdprintf_chk, int, (int, int, const char *, va_list))                                  \

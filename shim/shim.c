@@ -33,6 +33,8 @@ static void report_bad_option(const char *msg, void *arg)
  * parent's verbs objects or its progress thread's epoll set, and forgets
  * the background work (the parent's thread does it).
  */
+static int fork_parent; /* in after_fork_child: the pid that forked us */
+
 static void forget_connection(struct ss_sock *s)
 {
 	int st = ss_sock_state(s);
@@ -53,6 +55,8 @@ static void forget_connection(struct ss_sock *s)
 	free(s->hold);
 	s->hold = NULL;
 	s->hold_len = 0;
+	if (st != SS_SOCK_FOREIGN)
+		s->owner = fork_parent; /* the carrier, which a child's exec asks (inherit.c) */
 	ss_sock_set_state(s, SS_SOCK_FOREIGN);
 }
 
@@ -69,6 +73,7 @@ static void forget_stats(struct ss_sock *s)
  */
 static void after_fork_child(void)
 {
+	fork_parent = atomic_load_explicit(&ss_pid, memory_order_relaxed);
 	atomic_store_explicit(&ss_pid, getpid(), memory_order_relaxed);
 	ss_sock_after_fork();
 	ss_loader_after_fork();
@@ -79,6 +84,8 @@ static void after_fork_child(void)
 	ss_signal_after_fork();
 	ss_close_after_fork();
 	ss_ctlchan_after_fork();
+	ss_inherit_after_fork();
+	ss_spawn_after_fork();
 	ss_sock_for_each(forget_connection);
 	ss_sock_for_each(forget_stats);
 	if (ss_tp)
@@ -88,7 +95,7 @@ static void after_fork_child(void)
 
 static void finish_at_exit(struct ss_sock *s)
 {
-	ss_sock_finish(s);
+	ss_sock_finish(s, true);
 }
 
 /* Runs once at load: options (bad values reported, defaults kept), fork handler. */
@@ -103,15 +110,17 @@ __attribute__((constructor)) static void ss_shim_init(void)
 	ss_test_delays_load();
 	ss_real_init();
 	atomic_store_explicit(&ss_pid, getpid(), memory_order_relaxed);
-	pthread_atfork(NULL, NULL, after_fork_child);
+	pthread_atfork(NULL, ss_inherit_forked, after_fork_child);
 }
 
 void ss_shim_leaving(bool close_open)
 {
 	if (ss_in_call || ss_in_vfork_child())
 		return;
-	if (close_open)
+	if (close_open) {
 		ss_sock_for_each(finish_at_exit);
+		ss_inherit_leaving();
+	}
 	ss_close_wait_all();
 }
 

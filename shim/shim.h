@@ -3,6 +3,7 @@
 #define SS_SHIM_SHIM_H
 
 #include <stdatomic.h>
+#include <spawn.h>
 #include <stdbool.h>
 #include <sys/socket.h>
 
@@ -130,9 +131,10 @@ bool ss_upgraded_tcp_event(struct ss_sock *s);
 /*
  * The last name of s was closed: what was accepted is delivered, then the
  * end of stream, in the background when it is not at once (s keeps a
- * reference until then, within SRQSHIM_LINGER_MS); SO_LINGER as TCP's.
+ * reference until then, within SRQSHIM_LINGER_MS); SO_LINGER as TCP's
+ * (a positive time waits only when may_block: not on the progress thread).
  */
-void ss_sock_finish(struct ss_sock *s);
+void ss_sock_finish(struct ss_sock *s, bool may_block);
 
 /* The progress thread moves a closed socket's delivery on (s->closing set). */
 void ss_close_bg_step(struct ss_sock *s);
@@ -247,8 +249,57 @@ int ss_down_fd(int fd);
 /* Every upgraded connection among the fds a message passes (SCM_RIGHTS) moves first. */
 void ss_down_passed_fds(const struct msghdr *msg);
 
-/* Every upgraded connection whose fd survives an exec moves first (all at once). */
-void ss_down_before_exec(void);
+/*
+ * Every upgraded connection whose fd survives an exec moves first (all at
+ * once); fa: a posix_spawn's file actions (their dup2 sources count as
+ * inherited), or NULL.
+ */
+void ss_down_before_exec(const posix_spawn_file_actions_t *fa);
+
+/* Whether a name of s survives the exec (or posix_spawn) being prepared. */
+bool ss_image_inherits(struct ss_sock *s);
+
+/* ---- what a posix_spawn's program holds (spawn.c) ---- */
+
+/* A dup2 of fd was added to fa. */
+void ss_spawn_note_dup(const posix_spawn_file_actions_t *fa, int fd);
+
+/* fa is made or destroyed: its notes go. */
+void ss_spawn_forget(const posix_spawn_file_actions_t *fa);
+
+/* Whether fa dup2s fd (false for NULL). */
+bool ss_spawn_dups(const posix_spawn_file_actions_t *fa, int fd);
+
+void ss_spawn_after_fork(void);
+
+/* ---- a connection a forked child holds too (inherit.c) ---- */
+
+/* This process forked (the parent's half of the fork). */
+void ss_inherit_forked(void);
+
+/*
+ * The last name of s was closed here: true when another process still
+ * holds the application's end, and s is kept (with a reference) until it
+ * closes it or asks for the connection.
+ */
+bool ss_inherit_keep(struct ss_sock *s);
+
+/* The progress thread's look at a kept connection (s->kept set). */
+void ss_inherit_bg_step(struct ss_sock *s);
+
+/* At exit: the kept connections end, as a close ends them. */
+void ss_inherit_leaving(void);
+
+/* The connection with serial, kept or named, with a reference; or NULL (progress thread). */
+struct ss_sock *ss_inherit_find(uint64_t serial);
+
+/* The end of a move: the TCP socket tcp goes to any other holder of the pair (lock held). */
+void ss_inherit_pass(struct ss_sock *s, int tcp);
+
+/* In a forked child's exec: inherited connections of the owner come back as TCP sockets. */
+void ss_inherit_before_exec(void);
+
+void ss_inherit_after_fork(void);
 
 /* ---- the operator's channel (ctlchan.c) ---- */
 

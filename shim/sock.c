@@ -200,6 +200,9 @@ static struct ss_sock *slot_swap(int fd, struct ss_sock *v)
 	return old;
 }
 
+/* Each entry's serial (a forked child names its parent's connections by it). */
+static atomic_uint_least64_t sock_serial = 1;
+
 struct ss_sock *ss_sock_new(int fd, int domain, enum ss_sock_state state)
 {
 	struct ss_sock *s, *old;
@@ -220,6 +223,7 @@ struct ss_sock *ss_sock_new(int fd, int domain, enum ss_sock_state state)
 	atomic_init(&s->timeo_ms[1], -1);
 	atomic_init(&s->closing, false);
 	s->shim_fd = -1;
+	s->serial = atomic_fetch_add_explicit(&sock_serial, 1, memory_order_relaxed);
 	s->domain = domain;
 	atomic_init(&s->state, (int)state);
 	table_hwm_raise(fd);

@@ -110,6 +110,12 @@ struct ss_sock {
 	struct ss_down *down;
 	atomic_bool down_wanted; /* the operator asked for a downgrade (ctlchan.c) */
 
+	/* a connection a forked child holds too (inherit.c) */
+	uint64_t serial;           /* unique in its process: how a child names it to its owner */
+	int owner;                 /* FOREIGN: the pid of the process that carries it */
+	atomic_bool kept;          /* closed here, kept while a child holds its name: a reference */
+	struct ss_sock *kept_next; /* the kept list (inherit.c's lock) */
+
 	/* background work on the progress thread (when bg is set; ss_w's services) */
 	bool bg;
 	struct ss_watch watch; /* on tcp_fd */

@@ -1,6 +1,9 @@
 /*
  * handover_check: a connection that changes hands mid-stream, as servers
- * hand theirs to other code: an exec'd program (inetd, CGI), another
+ * hand theirs to other code: an exec'd program (CGI; inetd, which forks
+ * first and execs in the child, its copy closed or still open; posix_spawn
+ * with the connection dup2'd onto the program's stdin and stdout; or a child
+ * that only holds it, the server echoing the rest), another
  * process (SCM_RIGHTS, by sendmsg or sendmmsg), stdio; or dprintf. The
  * client streams a pseudo-random pattern from a writer thread while a
  * reader thread checks the echo; the server echoes the first quarter
@@ -9,7 +12,8 @@
  * urgent data: TCP's MSG_OOB beside the stream.
  *
  *   handover_check client ADDR PORT BYTES
- *   handover_check server ADDR PORT BYTES exec|pass|passm|stdio|dprintf
+ *   handover_check server ADDR PORT BYTES exec|inetd|inetd-open|spawn|fork|pass|passm|
+ *                  stdio|dprintf
  *   handover_check oob-client ADDR PORT
  *   handover_check oob-server ADDR PORT
  *   handover_check idle-client ADDR PORT BYTES
@@ -30,6 +34,7 @@
 #include <linux/tcp.h>
 #include <poll.h>
 #include <pthread.h>
+#include <spawn.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -131,8 +136,9 @@ static int run_client(const char *addr, int port, uint64_t bytes)
 
 /* ---- server ---- */
 
-/* Echoes up to want bytes (to the end of the stream with want 0); returns the count. */
-static uint64_t echo_fd(int fd, uint64_t want)
+/* Echoes up to want bytes from in to out (to the end of the stream with want 0); returns the
+ * count. */
+static uint64_t echo_in_out(int in, int out, uint64_t want)
 {
 	uint8_t buf[4096];
 	uint64_t done = 0;
@@ -140,14 +146,14 @@ static uint64_t echo_fd(int fd, uint64_t want)
 	while (!want || done < want) {
 		size_t ask =
 			want && want - done < sizeof(buf) ? (size_t)(want - done) : sizeof(buf);
-		ssize_t n = read(fd, buf, ask);
+		ssize_t n = read(in, buf, ask);
 
 		if (n < 0)
 			prog_die("read");
 		if (n == 0)
 			break;
 		for (ssize_t k = 0; k < n;) {
-			ssize_t w = write(fd, buf + k, (size_t)(n - k));
+			ssize_t w = write(out, buf + k, (size_t)(n - k));
 
 			if (w <= 0)
 				prog_die("write");
@@ -156,6 +162,115 @@ static uint64_t echo_fd(int fd, uint64_t want)
 		done += (uint64_t)n;
 	}
 	return done;
+}
+
+static uint64_t echo_fd(int fd, uint64_t want)
+{
+	return echo_in_out(fd, fd, want);
+}
+
+/*
+ * inetd: a child puts the connection on its stdin and stdout and execs the
+ * handler; the parent closes its copy before the child's exec (inetd), or
+ * keeps it open until the handler is done (inetd-open). A pipe orders the
+ * two.
+ */
+static int serve_inetd(int fd, bool open_late)
+{
+	int go[2], status;
+	pid_t pid;
+	char k;
+
+	if (pipe(go) != 0)
+		prog_die("pipe");
+	pid = fork();
+	if (pid < 0)
+		prog_die("fork");
+	if (pid == 0) {
+		close(go[1]);
+		if (read(go[0], &k, 1) != 1)
+			_exit(3);
+		if (dup2(fd, 0) != 0 || dup2(fd, 1) != 1)
+			_exit(4);
+		close(fd);
+		execl(self, "handover_check", "echo-fds", "0", "1", (char *)NULL);
+		_exit(5);
+	}
+	close(go[0]);
+	if (!open_late)
+		close(fd);
+	if (write(go[1], "g", 1) != 1)
+		prog_die("write");
+	close(go[1]);
+	if (waitpid(pid, &status, 0) != pid || !WIFEXITED(status) || WEXITSTATUS(status))
+		fail("the exec'd handler failed");
+	if (open_late)
+		close(fd);
+	return 0;
+}
+
+/*
+ * spawn: posix_spawn of the handler with the connection dup2'd onto its
+ * stdin and stdout by the file actions (the fd itself close-on-exec, so
+ * only the file actions hand it over); the server closes its copy.
+ */
+static int serve_spawn(int fd)
+{
+	char *argv[] = {"handover_check", "echo-fds", "0", "1", NULL};
+	posix_spawn_file_actions_t fa;
+	int status;
+	pid_t pid;
+
+	fcntl(fd, F_SETFD, FD_CLOEXEC);
+	if (posix_spawn_file_actions_init(&fa) != 0 ||
+	    posix_spawn_file_actions_adddup2(&fa, fd, 0) != 0 ||
+	    posix_spawn_file_actions_adddup2(&fa, fd, 1) != 0)
+		prog_die("posix_spawn_file_actions");
+	if ((errno = posix_spawn(&pid, self, &fa, NULL, argv, environ)) != 0)
+		prog_die("posix_spawn");
+	posix_spawn_file_actions_destroy(&fa);
+	close(fd);
+	if (waitpid(pid, &status, 0) != pid || !WIFEXITED(status) || WEXITSTATUS(status))
+		fail("the spawned handler failed");
+	return 0;
+}
+
+/*
+ * fork: a child holds the connection without using it and exits only after
+ * the server, which echoes the rest itself, has closed its copy: the end
+ * of stream comes with the child's exit, as TCP's FIN does, while the
+ * server still lives (it stays 3 s longer).
+ */
+static int serve_fork(int fd, uint64_t rest)
+{
+	int go[2], status;
+	pid_t pid;
+	char k;
+
+	if (pipe(go) != 0)
+		prog_die("pipe");
+	pid = fork();
+	if (pid < 0)
+		prog_die("fork");
+	if (pid == 0) {
+		close(go[1]);
+		if (read(go[0], &k, 1) != 1)
+			_exit(3);
+		usleep(500000);
+		_exit(0);
+	}
+	close(go[0]);
+	if (echo_fd(fd, 0) != rest)
+		fail("the stream ended early");
+	close(fd);
+	if (write(go[1], "g", 1) != 1)
+		prog_die("write");
+	close(go[1]);
+	if (waitpid(pid, &status, 0) != pid || !WIFEXITED(status) || WEXITSTATUS(status))
+		fail("the child failed");
+	/* Still here when the client sees its end of stream (the caller checks). */
+	sleep(3);
+	return 0;
 }
 
 /* stdio's own reads and writes (glibc calls the kernel itself, past the shim). */
@@ -306,6 +421,12 @@ static int run_server(const char *addr, int port, uint64_t bytes, const char *ho
 		execl(self, "handover_check", "echo-fd", fdbuf, (char *)NULL);
 		prog_die("execl");
 	}
+	if (strcmp(how, "spawn") == 0)
+		return serve_spawn(fd);
+	if (strcmp(how, "fork") == 0)
+		return serve_fork(fd, bytes - bytes / 4);
+	if (strncmp(how, "inetd", 5) == 0)
+		return serve_inetd(fd, strcmp(how, "inetd-open") == 0);
 	if (strcmp(how, "stdio") == 0) {
 		echo_stdio(fd);
 		return 0;
@@ -442,6 +563,10 @@ int main(int argc, char **argv)
 	self = "/proc/self/exe";
 	if (argc == 3 && strcmp(argv[1], "echo-fd") == 0) {
 		echo_fd(atoi(argv[2]), 0);
+		return 0;
+	}
+	if (argc == 4 && strcmp(argv[1], "echo-fds") == 0) {
+		echo_in_out(atoi(argv[2]), atoi(argv[3]), 0);
 		return 0;
 	}
 	if (argc == 5 && strcmp(argv[1], "client") == 0)

@@ -30,6 +30,11 @@
  *       order asked) reports ECONNRESET without SIGPIPE, then reads see
  *       the end of the stream, SO_ERROR is 0, and writes fail with EPIPE
  *       and SIGPIPE (none with MSG_NOSIGNAL)
+ *   peer_check unread-server ADDR PORT | unread-client ADDR PORT
+ *       the server reads one byte and closes, the rest unread, and lives
+ *       3 s longer; the client writes until a write fails, which must be
+ *       with ECONNRESET or EPIPE within 30 s (over TCP: the reset its
+ *       unread bytes draw)
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -502,6 +507,40 @@ static int reset_victim(struct sockaddr_in *sa)
 	return 0;
 }
 
+/* Closes after one byte, the rest unread; the process stays 3 s longer. */
+static int unread_server(struct sockaddr_in *sa)
+{
+	int l = listen_on(sa), fd = accept(l, NULL, NULL);
+	char c;
+
+	if (fd < 0 || read(fd, &c, 1) != 1)
+		prog_die("accept");
+	close(fd);
+	printf("peer_check: unread-server: closed with bytes unread\n");
+	sleep(3);
+	return 0;
+}
+
+/* Writes until a write fails (within 30 s, else SIGALRM): says how. */
+static int unread_client(struct sockaddr_in *sa)
+{
+	static char buf[65536];
+	int fd = connect_to(sa);
+	ssize_t n;
+
+	signal(SIGPIPE, SIG_IGN);
+	alarm(30);
+	while ((n = write(fd, buf, sizeof(buf))) > 0)
+		;
+	if (n == 0 || (errno != ECONNRESET && errno != EPIPE)) {
+		fprintf(stderr, "peer_check: unread-client: write gave %zd (%s)\n", n,
+			strerror(errno));
+		return 1;
+	}
+	printf("peer_check: unread-client: a write failed with a reset or a broken pipe\n");
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	setvbuf(stdout, NULL, _IOLBF, 0);
@@ -535,6 +574,10 @@ int main(int argc, char **argv)
 			return reset_survivor(&sa, argv[4]);
 		if (strcmp(argv[1], "reset-victim") == 0)
 			return reset_victim(&sa);
+		if (strcmp(argv[1], "unread-server") == 0)
+			return unread_server(&sa);
+		if (strcmp(argv[1], "unread-client") == 0)
+			return unread_client(&sa);
 	}
 	fprintf(stderr, "usage: see the comment at the top of tests/peer_check.c\n");
 	return 2;

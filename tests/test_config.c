@@ -73,6 +73,10 @@ static const struct parse_case parse_cases[] = {
 	{"PEERS", "", 0, ""},
 	{"PEERS", "192.0.2.0/24:6379,[::1]", 0, "192.0.2.0/24:6379,[::1]"},
 	{"PEERS", "192.0.2.0/24,nonsense", -EINVAL, NULL},
+	{"TEST_DELAYS", "", 0, ""},
+	{"TEST_DELAYS", "down-return=2000,handover=3000", 0, "down-return=2000,handover=3000"},
+	{"TEST_DELAYS", "handover=60001", -EINVAL, NULL},
+	{"TEST_DELAYS", "hand-over=5", -EINVAL, NULL},
 };
 
 static void test_parse_table(void **state)

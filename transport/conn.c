@@ -450,6 +450,26 @@ static void conn_progress(struct ss_conn *c)
 		ss_conn_after_events(c, false);
 }
 
+/*
+ * The peer ended its stream, then its process let go of the whole
+ * connection (its TCP end), and we still have bytes for it: nobody will
+ * read them. TCP's answer, a reset: a writer waiting for credits wakes
+ * with ECONNRESET; reads still give what arrived, then the end
+ * (ss_conn_recv puts the end of stream before the failure). With nothing
+ * of ours outstanding the connection stays, as TCP's does until its next
+ * write draws the reset; the next write here queues its bytes and fails
+ * the connection the same way. Not while the stream moves to TCP (down.c
+ * owns that end).
+ */
+static void conn_check_closed_peer(struct ss_conn *c)
+{
+	if (c->tcp_gone && c->cr.eos_received && c->st == ST_RUNNING && !c->lost && !c->rx_taken &&
+	    !c->cr.switching && !c->cr.switch_received &&
+	    (ss_conn_tx_pending(c) || c->tx_posted != c->tx_done))
+		ss_conn_fail(c,
+			     "bytes for a peer that closed the connection after its end of stream");
+}
+
 void ss_conn_after_events(struct ss_conn *c, bool edge)
 {
 	ss_conn_push(c);
@@ -458,6 +478,7 @@ void ss_conn_after_events(struct ss_conn *c, bool edge)
 		c->gone_deadline = ss_now_ms() + SS_GONE_GRACE_MS;
 		conn_arm_timer(c, c->gone_deadline);
 	}
+	conn_check_closed_peer(c);
 	if (c->eos_done || c->st == ST_FAILED ||
 	    (!ss_conn_tx_pending(c) && c->tx_done == c->tx_posted))
 		pthread_cond_broadcast(&c->drained);
@@ -917,6 +938,7 @@ full:
 		conn_arm_timer(c, c->hold_until);
 	}
 	ss_conn_push(c);
+	conn_check_closed_peer(c);
 	ret = taken ? (ssize_t)taken : -EAGAIN;
 	ss_conn_report(c, false);
 out:

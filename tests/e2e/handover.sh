@@ -1,8 +1,13 @@
 #!/usr/bin/env bash
 # A connection that changes hands mid-stream (docs/protocol.md, section 4):
 # the server echoes the first quarter of the client's stream itself, then
-# execs a program that inherits the connection (inetd without the fork),
-# passes it to another process with SCM_RIGHTS (sendmsg, or sendmmsg:
+# execs a program that inherits the connection (CGI-style), forks a child
+# that puts it on its stdin and stdout and execs a handler (inetd: the
+# parent closes its copy before that exec, or only after the handler is
+# done: inetd-open), posix_spawns a handler with the connection dup2'd onto
+# its stdin and stdout by the file actions (spawn), forks a child that holds it without using it and
+# exits after the server's close (fork: the end of stream comes with the
+# child's exit, as TCP's; no move), passes it to another process with SCM_RIGHTS (sendmsg, or sendmmsg:
 # passm), or hands it to stdio; the new owner echoes the rest. Or it
 # echoes the rest with dprintf, which stays on RDMA. Bytes are in flight
 # both ways at that moment.
@@ -15,7 +20,7 @@ need_rdma
 
 bytes=$((16 << 20))
 # SRQSHIM_HANDOVER_CASES: a subset to run (all by default).
-cases=${SRQSHIM_HANDOVER_CASES:-exec pass passm stdio dprintf oob}
+cases=${SRQSHIM_HANDOVER_CASES:-exec inetd inetd-open spawn fork pass passm stdio dprintf oob}
 port=9800
 HC=$BUILD/tests/handover_check
 
@@ -33,6 +38,9 @@ run_case() { # how, label, server prefix..., --, client prefix...
 	wait_listen $port
 	timeout 300 "${cli[@]}" "$HC" client "$ADDR" $port $bytes > "$WORK/client.log" 2>&1 \
 		|| { cat "$WORK/client.log" "$WORK/server.log"; fail "$how ($label): client"; }
+	# Whether the server still lived when the client saw the end of its stream.
+	ALIVE=0
+	kill -0 $spid 2>/dev/null && ALIVE=1
 	wait $spid || { cat "$WORK/server.log"; fail "$how ($label): server"; }
 	grep -qi "error" "$WORK/client.log" "$WORK/server.log" && { cat "$WORK/client.log" "$WORK/server.log"; fail "$how ($label): errors logged"; }
 	PKTS=$(( $(rdma_pkts) - before ))
@@ -42,15 +50,19 @@ run_case() { # how, label, server prefix..., --, client prefix...
 for how in $cases; do
 	[ "$how" = oob ] && continue
 	run_case $how "kernel TCP" env -- env
+	[ "$how" != fork ] || [ $ALIVE = 1 ] || fail "fork over kernel TCP: the end of stream came only with the server's exit"
 	[ "$PKTS" -lt 100 ] || fail "$how: $PKTS RDMA packets without the shim"
 	pass "$how over kernel TCP: $bytes bytes echoed and checked"
 	for mode in srq rq; do
 		run_case $how "$mode" env LD_PRELOAD="$PRELOAD" SRQSHIM_MODE=$mode -- \
 			env LD_PRELOAD="$PRELOAD" SRQSHIM_MODE=$mode
-		if [ "$how" = dprintf ]; then
-			# dprintf is formatted in the shim and written through it: no move.
+		if [ "$how" = dprintf ] || [ "$how" = fork ]; then
+			# dprintf is formatted in the shim and written through it; a
+			# forked child that never execs needs no TCP socket: no move.
 			[ "$PKTS" -ge $((bytes / 4096 * 2)) ] || fail "$how ($mode): only $PKTS RDMA packets"
 			[ "$TCP_RX" -lt $((bytes / 64)) ] || fail "$how ($mode): TCP carried $TCP_RX bytes"
+			# The end of stream comes with the child's exit, as TCP's.
+			[ "$how" != fork ] || [ $ALIVE = 1 ] || fail "fork ($mode): the end of stream came only with the server's exit"
 			pass "$how ($mode): $bytes bytes echoed and checked, all over RDMA ($PKTS packets, $TCP_RX bytes over TCP)"
 			continue
 		fi
@@ -60,6 +72,31 @@ for how in $cases; do
 		pass "$how ($mode): $bytes bytes echoed and checked, $PKTS RDMA packets, $TCP_RX bytes over TCP after the handover"
 	done
 done
+
+# The race of a forked child's exec against its parent's answer: a parent
+# that acts later (test point handover, 3 s) than the child waits (its
+# answer 1 s, then twice SRQSHIM_LINGER_MS = 1 s). The rule
+# (docs/protocol.md, section 4): the new program gets a socket that is not
+# connected and says so, and no wrong byte reaches the client (its stream
+# ends short or is reset, never with a byte that differs).
+late_handover() {
+	local mode=$1 spid rc
+	port=$((port + 1))
+	env LD_PRELOAD="$PRELOAD" SRQSHIM_MODE=$mode SRQSHIM_LINGER_MS=500 \
+		SRQSHIM_TEST_DELAYS=handover=3000 \
+		"$HC" server "$ADDR" $port $bytes inetd > "$WORK/server.log" 2>&1 &
+	spid=$!
+	wait_listen $port
+	rc=0
+	timeout 120 env LD_PRELOAD="$PRELOAD" SRQSHIM_MODE=$mode \
+		"$HC" client "$ADDR" $port $bytes > "$WORK/client.log" 2>&1 || rc=$?
+	wait $spid || true
+	[ $rc != 0 ] && [ $rc != 124 ] || { cat "$WORK/client.log" "$WORK/server.log"; fail "late handover ($mode): client exit status $rc (want a failure, not a hang)"; }
+	grep -q "differs" "$WORK/client.log" && { cat "$WORK/client.log"; fail "late handover ($mode): a wrong byte"; }
+	grep -q "socket that is not connected" "$WORK/server.log" || { cat "$WORK/server.log"; fail "late handover ($mode): the child did not give up as the rule says"; }
+	pass "late handover ($mode): the child gave up, the client's stream ended short (exit $rc: $(grep -v '^$' "$WORK/client.log" | tail -1)), no wrong byte"
+}
+case " $cases " in *" inetd "*) for mode in srq rq; do late_handover $mode; done ;; esac
 
 # Urgent data: the same observations as kernel TCP (EINVAL before any, the
 # urgent byte apart from the stream, the stream intact).

@@ -59,6 +59,23 @@ for how in plain shimmed; do
 	done
 done
 
+# A server that closes with bytes unread while the client still writes
+# (the client out of credits): TCP resets, so a write fails; under the shim
+# too, once the server's end of stream came and its TCP end is gone
+# (transport/conn.c, conn_check_closed_peer). Over kernel TCP first.
+for how in plain shimmed; do
+	port=$((port + 1))
+	pre_s=(); pre_c=()
+	[ $how = shimmed ] && pre_s=("${SERVED[@]}") && pre_c=("${SHIMMED[@]}")
+	"${pre_s[@]}" "$PC" unread-server "$ADDR" $port > "$WORK/us.log" 2>&1 &
+	us=$!
+	wait_listen $port
+	"${pre_c[@]}" "$PC" unread-client "$ADDR" $port > "$WORK/uc.log" 2>&1 \
+		|| { cat "$WORK/uc.log" "$WORK/us.log"; fail "a server closed with bytes unread ($how): the writer did not fail"; }
+	wait $us || { cat "$WORK/us.log"; fail "unread-server ($how)"; }
+	pass "a server closed with bytes unread ($how): $(grep unread-client "$WORK/uc.log")"
+done
+
 for victim in server client; do
 	port=$((port + 1))
 	"${SERVED[@]}" "$PC" hold-server "$ADDR" $port > "$WORK/hs.log" 2>&1 &
