@@ -408,7 +408,7 @@ static enum ss_reason client_prepare(struct ss_sock *s, int fd, const struct soc
 	enum ss_dest_state dest;
 	enum ss_reason r;
 
-	if (ss_cfg.mode == SS_MODE_TCP || !ss_policy_allows(&ss_peers, addr))
+	if (ss_cfg.mode == SS_MODE_TCP || ss_ring_seen() || !ss_policy_allows(&ss_peers, addr))
 		return SS_REASON_POLICY; /* never probed: a destination outside the policy sees no
 					    HELLO */
 	dest = ss_cache_begin(addr, &s->prober);

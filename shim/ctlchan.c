@@ -5,7 +5,8 @@
  * namespace, named "srqshim.PID", made with the worker and watched by the
  * progress thread. A request is one line, "downgrade FD" (FD -1: every
  * upgraded connection), or "handover SERIAL" (a forked child's exec asks
- * for the connection it inherited: inherit.c); the answer, to the
+ * for the connection it inherited: inherit.c; the TCP socket follows in a
+ * message "fd" with SCM_RIGHTS, or "error TEXT"); the answer, to the
  * sender's address, is "ok N" (N connections start their move) or "error
  * TEXT"; only the process's own
  * user and root are obeyed (SO_PASSCRED). Only the progress
@@ -42,8 +43,43 @@ static void ctlchan_want(struct ss_sock *s)
 	ctlchan_count++;
 }
 
-/* "handover SERIAL": a forked child's exec asks for a connection it inherited (inherit.c). */
-static int ctlchan_handover(const char *arg, char *answer, size_t len)
+int ss_send_fd(int sock, const struct sockaddr_un *to, socklen_t to_len, const char *text, int fd)
+{
+	union {
+		struct cmsghdr h;
+		char space[CMSG_SPACE(sizeof(int))];
+	} u;
+	struct iovec v = {(void *)text, strlen(text)};
+	struct msghdr m = {
+		.msg_name = (void *)to, .msg_namelen = to_len, .msg_iov = &v, .msg_iovlen = 1};
+
+	if (fd >= 0) {
+		struct cmsghdr *c;
+
+		m.msg_control = &u;
+		m.msg_controllen = sizeof(u);
+		c = CMSG_FIRSTHDR(&m);
+		c->cmsg_level = SOL_SOCKET;
+		c->cmsg_type = SCM_RIGHTS;
+		c->cmsg_len = CMSG_LEN(sizeof(int));
+		memcpy(CMSG_DATA(c), &fd, sizeof(int));
+	}
+	if (sock < 0)
+		return -EBADF;
+	return ss_real.sendmsg(sock, &m, MSG_DONTWAIT | MSG_NOSIGNAL) < 0 ? -errno : 0;
+}
+
+int ss_ctlchan_send(const struct sockaddr_un *to, socklen_t to_len, const char *text, int fd)
+{
+	return ss_send_fd(ctlchan_fd, to, to_len, text, fd);
+}
+
+/*
+ * "handover SERIAL": a forked child's exec asks for a connection it
+ * inherited (inherit.c); the TCP socket goes to its address (from) once moved.
+ */
+static int ctlchan_handover(const char *arg, const struct sockaddr_un *from, socklen_t flen,
+			    char *answer, size_t len)
 {
 	char *end;
 	unsigned long long serial = strtoull(arg, &end, 10);
@@ -56,20 +92,24 @@ static int ctlchan_handover(const char *arg, char *answer, size_t len)
 	ctlchan_count = 0;
 	ss_test_delay(SS_TP_HANDOVER);
 	s = ss_inherit_find(serial);
-	if (s)
+	if (s) {
 		ctlchan_want(s);
+		if (ctlchan_count)
+			ss_inherit_heir(s, from, flen);
+	}
 	ss_sock_put(s);
 	snprintf(answer, len, "ok %d", ctlchan_count);
 	return 0;
 }
 
-static int ctlchan_request(const char *req, char *answer, size_t len)
+static int ctlchan_request(const char *req, const struct sockaddr_un *from, socklen_t flen,
+			   char *answer, size_t len)
 {
 	char *end;
 	long fd;
 
 	if (strncmp(req, "handover ", 9) == 0)
-		return ctlchan_handover(req + 9, answer, len);
+		return ctlchan_handover(req + 9, from, flen, answer, len);
 	if (strncmp(req, "downgrade ", 10) != 0) {
 		snprintf(answer, len, "error unknown request");
 		return -EINVAL;
@@ -127,7 +167,7 @@ static void ctlchan_cb(struct ss_watch *wt, unsigned revents)
 		if (cred.uid != geteuid() && cred.uid != 0)
 			snprintf(answer, sizeof(answer), "error not allowed");
 		else
-			ctlchan_request(req, answer, sizeof(answer));
+			ctlchan_request(req, &from, flen, answer, sizeof(answer));
 		ss_log_info("operator: \"%.*s\": %s", (int)strcspn(req, "\n"), req, answer);
 		if (flen > sizeof(sa_family_t))
 			sendto(ctlchan_fd, answer, strlen(answer), MSG_DONTWAIT,

@@ -183,6 +183,8 @@ static unsigned decide_bg_run(struct ss_sock *s)
 			/* Before the commit point: asked again shortly. */
 			atomic_store(&s->down_wanted, true);
 			ss_bg_kick(s, ss_deadline_in(10));
+		} else if (asked) {
+			ss_inherit_refuse(s); /* a child waiting for it learns at once */
 		}
 		return ss_upgraded_tcp_event(s) ? EPOLLIN | EPOLLRDHUP : 0;
 	}

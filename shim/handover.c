@@ -1,12 +1,14 @@
 /*
  * Moves back to TCP that the caller waits for (down.c runs the move): an
- * exec (or a posix_spawn) whose new image inherits upgraded connections, an fd passed to
+ * exec (or a posix_spawn) whose new image inherits upgraded connections,
+ * an io_uring ring (every connection, and none upgraded after it), an fd passed to
  * another process (SCM_RIGHTS), stdio on a socket (fdopen), urgent data
  * (MSG_OOB). Application threads, no lock of ours held.
  */
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <stdatomic.h>
 #include <spawn.h>
 #include <stdlib.h>
 #include <string.h>
@@ -85,6 +87,10 @@ void ss_down_passed_fds(const struct msghdr *msg)
 
 /* The file actions of the posix_spawn this thread prepares, or NULL (an exec). */
 static __thread const posix_spawn_file_actions_t *handover_fa;
+/* An io_uring ring is being set up: every connection moves (this thread). */
+static __thread bool handover_all;
+/* A ring was set up in this process: connections stay on TCP from then on. */
+static atomic_bool handover_ring;
 
 bool ss_image_inherits(struct ss_sock *s)
 {
@@ -106,7 +112,8 @@ static bool handover_inherited(struct ss_sock *s)
 {
 	int st = ss_sock_state(s);
 
-	return (st == SS_SOCK_UPGRADED || st == SS_SOCK_FALLBACK) && ss_image_inherits(s);
+	return (st == SS_SOCK_UPGRADED || st == SS_SOCK_FALLBACK) &&
+	       (handover_all || ss_image_inherits(s));
 }
 
 /* First pass: every move starts (a connection before its commit point is asked again later). */
@@ -124,9 +131,9 @@ static void handover_exec_start(struct ss_sock *s)
 static void handover_exec_wait(struct ss_sock *s)
 {
 	if (handover_inherited(s) && ss_down_now(s) != 0)
-		ss_log_warn("fd %d: the new program gets a connection it cannot use (it could not "
-			    "move back to TCP)",
-			    s->fds[0]);
+		ss_log_warn("fd %d: could not move back to TCP: the %s gets a connection it cannot "
+			    "use",
+			    s->fds[0], handover_all ? "io_uring ring" : "new program");
 }
 
 void ss_down_before_exec(const posix_spawn_file_actions_t *fa)
@@ -137,4 +144,21 @@ void ss_down_before_exec(const posix_spawn_file_actions_t *fa)
 	/* A forked child's: the owner moves them (inherit.c). */
 	ss_inherit_before_exec();
 	handover_fa = NULL;
+}
+
+bool ss_ring_seen(void)
+{
+	return atomic_load_explicit(&handover_ring, memory_order_relaxed);
+}
+
+void ss_down_before_ring(void)
+{
+	/* Its I/O goes past libc: nothing the shim carries may be on it. */
+	if (!atomic_exchange(&handover_ring, true))
+		ss_log_info("an io_uring ring: every connection moves back to TCP, and new ones "
+			    "stay there");
+	handover_all = true;
+	ss_sock_for_each_held(handover_exec_start);
+	ss_sock_for_each_held(handover_exec_wait);
+	handover_all = false;
 }

@@ -11,23 +11,30 @@
  * connection is kept, with a reference, on the kept list, and the
  * progress thread looks at the pair every KEPT_LOOK_MS. When every holder
  * has closed, the stream ends as a close ends it. When the child asks
- * ("handover SERIAL" on the operator channel), the connection moves back
- * to TCP (down.c), and at the end of any move the TCP socket goes over
- * our end of the pair (SCM_RIGHTS) before that end closes.
+ * ("handover SERIAL" on the operator channel, from a datagram socket of
+ * its own), the connection moves back to TCP (down.c), and at the end of
+ * the move the TCP socket goes to that socket (SCM_RIGHTS). The end of any
+ * move in a process that forked also sends it over our end of the pair,
+ * for a child that asks later (not possible once the pair shows the end of
+ * stream: our end is shut then).
  *
  * Child, at exec: for each FOREIGN connection whose name the new image
- * inherits, it asks the owner, then takes the TCP socket off the pair and
- * puts it on its names, so the new image gets a TCP socket with the
- * stream intact.
+ * inherits, it asks the owner and takes the TCP socket from the answer (or
+ * off the pair) and puts it on its names, so the new image gets a TCP
+ * socket with the stream intact.
  *
  * Locks: inherit_lock guards the kept list and is a leaf (no other lock is
- * taken under it). The kept list's entries are touched by the progress
- * thread only; the application's threads no longer name them.
+ * taken under it). A kept entry has no names, so no application call
+ * reaches it: the progress thread (its looks, its move, its end) and, at
+ * exit, the exiting thread after taking it off the list are the only ones
+ * to lock it; the progress thread's ss_sock_finish may therefore take its
+ * lock with a blocking call.
  */
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/un.h>
@@ -39,8 +46,6 @@
 
 /* How often the progress thread looks whether a kept connection's other holders closed. */
 #define KEPT_LOOK_MS 100
-/* How long a child waits for its owner's answer before it waits on the pair alone. */
-#define ASK_ANSWER_MS 1000
 
 static pthread_mutex_t inherit_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct ss_sock *inherit_kept; /* the kept list (inherit_lock) */
@@ -49,7 +54,7 @@ static atomic_bool inherit_forked;
 
 void ss_inherit_forked(void)
 {
-	atomic_store_explicit(&inherit_forked, true, memory_order_relaxed);
+	atomic_store(&inherit_forked, true);
 }
 
 /* Whether every other holder of the application's end has closed it (lock held). */
@@ -67,7 +72,7 @@ bool ss_inherit_keep(struct ss_sock *s)
 {
 	bool keep;
 
-	if (!atomic_load_explicit(&inherit_forked, memory_order_relaxed))
+	if (!atomic_load(&inherit_forked))
 		return false;
 	pthread_mutex_lock(&s->lock);
 	keep = ss_sock_state(s) == SS_SOCK_UPGRADED && s->conn && !inherit_pair_alone(s) &&
@@ -174,129 +179,159 @@ struct ss_sock *ss_inherit_find(uint64_t serial)
 	return inherit_found;
 }
 
-/* A one-byte message with room for one fd. */
-struct inherit_fd_msg {
-	char one;
-	union {
-		struct cmsghdr h;
-		char space[CMSG_SPACE(sizeof(int))];
-	} u;
-	struct iovec v;
-	struct msghdr m;
+/* Where a child that asked waits for the TCP socket: its datagram socket's address. */
+struct ss_heir {
+	struct sockaddr_un addr;
+	socklen_t len;
 };
 
-static void inherit_fd_msg_init(struct inherit_fd_msg *f)
+void ss_inherit_heir(struct ss_sock *s, const struct sockaddr_un *from, socklen_t flen)
 {
-	f->one = 'f';
-	f->v = (struct iovec){&f->one, 1};
-	f->m = (struct msghdr){.msg_iov = &f->v,
-			       .msg_iovlen = 1,
-			       .msg_control = &f->u,
-			       .msg_controllen = sizeof(f->u)};
+	struct ss_heir *h = malloc(sizeof(*h));
+
+	if (!h || flen <= sizeof(sa_family_t) || flen > sizeof(h->addr)) {
+		free(h);
+		return;
+	}
+	memcpy(&h->addr, from, flen);
+	h->len = flen;
+	free(atomic_exchange(&s->heir, h)); /* the last to ask gets it */
+}
+
+void ss_inherit_refuse(struct ss_sock *s)
+{
+	struct ss_heir *h = atomic_exchange(&s->heir, NULL);
+
+	if (h)
+		ss_ctlchan_send(&h->addr, h->len, "error it cannot move", -1);
+	free(h);
 }
 
 void ss_inherit_pass(struct ss_sock *s, int tcp)
 {
-	struct inherit_fd_msg f;
-	struct cmsghdr *c;
+	struct ss_heir *h = atomic_exchange(&s->heir, NULL);
 
-	if (!atomic_load_explicit(&inherit_forked, memory_order_relaxed) || s->shim_fd < 0)
+	if (h) {
+		int r = ss_ctlchan_send(&h->addr, h->len, "fd", tcp);
+
+		if (r != 0)
+			ss_log_error("a connection moved for a forked child's exec could not be "
+				     "sent to it: %s",
+				     strerror(-r));
+		free(h);
+	}
+	if (!atomic_load(&inherit_forked) || s->shim_fd < 0)
 		return;
-	inherit_fd_msg_init(&f);
-	c = CMSG_FIRSTHDR(&f.m);
-	c->cmsg_level = SOL_SOCKET;
-	c->cmsg_type = SCM_RIGHTS;
-	c->cmsg_len = CMSG_LEN(sizeof(int));
-	memcpy(CMSG_DATA(c), &tcp, sizeof(int));
-	/* Unread unless a child takes it at its exec; freed with the pair otherwise. */
-	ss_real.sendmsg(s->shim_fd, &f.m, MSG_DONTWAIT | MSG_NOSIGNAL);
+	/*
+	 * A child that asks only later finds it on the pair (unless the pair
+	 * shows the end of stream already: our end is shut then, and the
+	 * send fails; that child is told nothing moves and gives up).
+	 */
+	ss_send_fd(s->shim_fd, NULL, 0, "f", tcp);
 }
 
 /* ---- the child ---- */
 
 /*
- * Asks owner to move its connection serial back to TCP. Returns the count
- * its operator channel says starts moving (0: none), or -1: no answer.
+ * Asks owner to move its connection serial back to TCP, from a datagram
+ * socket of its own (autobind), where the answer and then the TCP socket
+ * come. Returns that socket, or -1.
  */
 static int inherit_ask(int owner, uint64_t serial)
 {
 	struct sockaddr_un to = {.sun_family = AF_UNIX}, me = {.sun_family = AF_UNIX};
-	char req[64], answer[64];
-	int fd, len, n = -1;
+	char req[64];
+	int fd, len;
 
 	fd = ss_real.socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
 	if (fd < 0)
 		return -1;
-	/* An address of our own (autobind) for the answer. */
-	if (bind(fd, (struct sockaddr *)&me, sizeof(sa_family_t)) != 0)
-		goto out;
 	len = snprintf(to.sun_path + 1, sizeof(to.sun_path) - 1, "srqshim.%d", owner);
 	snprintf(req, sizeof(req), "handover %llu", (unsigned long long)serial);
-	if (ss_real.sendto(fd, req, strlen(req), 0, (struct sockaddr *)&to,
+	if (bind(fd, (struct sockaddr *)&me, sizeof(sa_family_t)) != 0 ||
+	    ss_real.sendto(fd, req, strlen(req), 0, (struct sockaddr *)&to,
 			   (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + (size_t)len)) <
-	    0) {
-		ss_log_warn("no answer from process %d, which carries an inherited connection: %s",
+		    0) {
+		ss_log_warn("cannot ask process %d, which carries an inherited connection: %s",
 			    owner, strerror(errno));
-		goto out;
+		ss_real.close(fd);
+		return -1;
 	}
-	struct pollfd p = {.fd = fd, .events = POLLIN};
-	ssize_t got;
+	return fd;
+}
 
-	if (ss_real.poll(&p, 1, ASK_ANSWER_MS) == 1 &&
-	    (got = ss_real.recv(fd, answer, sizeof(answer) - 1, 0)) > 0) {
-		answer[got] = 0;
-		if (sscanf(answer, "ok %d", &n) != 1)
-			n = 0;
-	}
-out:
-	ss_real.close(fd);
+/*
+ * One message from fd (without waiting): the fd it carries (SCM_RIGHTS)
+ * goes to *got. Returns the bytes read, 0 at the end, -1 with errno.
+ */
+static ssize_t inherit_recv(int fd, char *buf, size_t len, int *got)
+{
+	union {
+		struct cmsghdr h;
+		char space[CMSG_SPACE(sizeof(int))];
+	} u;
+	struct iovec v = {buf, len};
+	struct msghdr m = {
+		.msg_iov = &v, .msg_iovlen = 1, .msg_control = &u, .msg_controllen = sizeof(u)};
+	ssize_t n = ss_real.recvmsg(fd, &m, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+	struct cmsghdr *c = n > 0 ? CMSG_FIRSTHDR(&m) : NULL;
+
+	if (c && c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS)
+		memcpy(got, CMSG_DATA(c), sizeof(int));
 	return n;
 }
 
 /*
- * Takes the TCP socket off the application's end app, waiting until end
- * (ms) for it. Returns it, or -1 (the pair ended without one, or the time
- * is up).
+ * Takes the TCP socket: from the owner's answers on ask (-1: none), or off
+ * the application's end app (a move before we asked), until end (ms).
+ * Returns it, or -1 (the owner says nothing moves, or the time is up).
  */
-static int inherit_take(int app, uint64_t end)
+static int inherit_take(int app, int ask, uint64_t end)
 {
+	bool pair_open = true, coming = ask >= 0;
+
 	for (;;) {
-		struct inherit_fd_msg f;
 		char buf[64];
-		struct cmsghdr *c;
+		int got = -1;
 		ssize_t n;
+		int64_t left;
 
-		inherit_fd_msg_init(&f);
-		/* The mirror's tokens come before it: read past them. */
-		f.v = (struct iovec){buf, sizeof(buf)};
-		n = ss_real.recvmsg(app, &f.m, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
-		c = n > 0 ? CMSG_FIRSTHDR(&f.m) : NULL;
-		if (c && c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS) {
-			int fd;
-
-			memcpy(&fd, CMSG_DATA(c), sizeof(int));
-			return fd;
+		/* The mirror's tokens come before a socket on the pair: read past them. */
+		while (pair_open && got < 0 && (n = inherit_recv(app, buf, sizeof(buf), &got)) != 0)
+			if (n < 0 && errno != EINTR)
+				break;
+		if (got < 0 && pair_open && n == 0)
+			pair_open = false;
+		while (coming && got < 0 &&
+		       (n = inherit_recv(ask, buf, sizeof(buf) - 1, &got)) > 0) {
+			buf[n] = 0;
+			/* "ok 0" or "error ...": nothing will come from the owner. */
+			if (strcmp(buf, "ok 0") == 0 || strncmp(buf, "error", 5) == 0)
+				coming = false;
 		}
-		if (n > 0 || (n < 0 && errno == EINTR))
-			continue;
-		if (n == 0 || errno != EAGAIN || ss_now_ms() >= end)
+		if (got >= 0)
+			return got;
+		left = (int64_t)(end - ss_now_ms());
+		if (!coming || left <= 0)
 			return -1;
-		struct pollfd p = {.fd = app, .events = POLLIN};
+		struct pollfd p[2] = {{.fd = pair_open ? app : -1, .events = POLLIN},
+				      {.fd = ask, .events = POLLIN}};
 
-		ss_real.poll(&p, 1, (int)(end - ss_now_ms()));
+		ss_real.poll(p, 2, (int)left);
 	}
 }
 
 static void inherit_exec_one(struct ss_sock *s)
 {
-	int asked, tcp;
+	int ask, tcp;
 
 	if (ss_sock_state(s) != SS_SOCK_FOREIGN || s->owner <= 0 || s->n_fds == 0 ||
 	    !ss_image_inherits(s))
 		return;
-	asked = inherit_ask(s->owner, s->serial);
-	/* None moving: only a TCP socket already there (a move that ran before) is taken. */
-	tcp = inherit_take(s->fds[0], asked == 0 ? 0 : ss_deadline_in(2 * ss_cfg.linger_ms));
+	ask = inherit_ask(s->owner, s->serial);
+	tcp = inherit_take(s->fds[0], ask, ss_deadline_in(2 * ss_cfg.linger_ms));
+	if (ask >= 0)
+		ss_real.close(ask);
 	if (tcp < 0) {
 		/*
 		 * Its stream is lost to the new program: an unconnected socket
@@ -327,7 +362,13 @@ void ss_inherit_before_exec(void)
 void ss_inherit_after_fork(void)
 {
 	pthread_mutex_init(&inherit_lock, NULL);
-	/* The parent's kept connections are the parent's. */
+	/* The parent's kept connections are the parent's: their private fds go here. */
+	for (struct ss_sock *s = inherit_kept; s; s = s->kept_next) {
+		if (s->tcp_fd >= 0)
+			ss_real.close(s->tcp_fd);
+		if (s->shim_fd >= 0)
+			ss_real.close(s->shim_fd);
+	}
 	inherit_kept = NULL;
-	atomic_store_explicit(&inherit_forked, false, memory_order_relaxed);
+	atomic_store(&inherit_forked, false);
 }

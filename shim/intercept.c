@@ -128,8 +128,8 @@ static int after_accept(int lfd, int fd)
 	/* Read before the reference goes: another thread may close the listener. */
 	domain = l->domain;
 	ss_sock_put(l);
-	/* SRQSHIM_MODE=tcp: nothing to decide, nothing to track. */
-	if (ss_cfg.mode == SS_MODE_TCP) {
+	/* SRQSHIM_MODE=tcp, or after an io_uring ring: nothing to decide, nothing to track. */
+	if (ss_cfg.mode == SS_MODE_TCP || ss_ring_seen()) {
 		ss_sock_mark_plain_fd(fd);
 		return fd;
 	}
@@ -558,6 +558,55 @@ EXPORT int posix_spawn_file_actions_adddup2(posix_spawn_file_actions_t *fa, int 
 	if (r == 0)
 		ss_spawn_note_dup(fa, fd);
 	return r;
+}
+
+/*
+ * liburing's ring set-up (its reads and writes then go past libc): every
+ * connection moves back to TCP first (docs/design.md). Resolved when first
+ * called: a program without liburing never calls these.
+ */
+struct io_uring;
+struct io_uring_params;
+int io_uring_queue_init(unsigned entries, struct io_uring *ring, unsigned flags);
+int io_uring_queue_init_params(unsigned entries, struct io_uring *ring, struct io_uring_params *p);
+int io_uring_setup(unsigned entries, struct io_uring_params *p);
+
+static void *ring_real(const char *name)
+{
+	void *f = dlsym(RTLD_NEXT, name);
+
+	if (!f)
+		errno = ENOSYS;
+	return f;
+}
+
+EXPORT int io_uring_queue_init(unsigned entries, struct io_uring *ring, unsigned flags)
+{
+	int (*f)(unsigned, struct io_uring *, unsigned) = ring_real("io_uring_queue_init");
+
+	real_ready();
+	ss_down_before_ring();
+	return f ? f(entries, ring, flags) : -ENOSYS;
+}
+
+EXPORT int io_uring_queue_init_params(unsigned entries, struct io_uring *ring,
+				      struct io_uring_params *p)
+{
+	int (*f)(unsigned, struct io_uring *, struct io_uring_params *) =
+		ring_real("io_uring_queue_init_params");
+
+	real_ready();
+	ss_down_before_ring();
+	return f ? f(entries, ring, p) : -ENOSYS;
+}
+
+EXPORT int io_uring_setup(unsigned entries, struct io_uring_params *p)
+{
+	int (*f)(unsigned, struct io_uring_params *) = ring_real("io_uring_setup");
+
+	real_ready();
+	ss_down_before_ring();
+	return f ? f(entries, p) : -ENOSYS;
 }
 
 enum exec_how { EXEC_PATH, EXEC_SEARCH, EXEC_ENV };

@@ -626,7 +626,7 @@ static struct ss_sock *io_classify(int fd)
 	    !ss_is_tcp(domain, type, proto) ||
 	    ss_real.getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &listening, &len) != 0 || listening ||
 	    ss_real.getpeername(fd, (struct sockaddr *)&pa, &plen) != 0 ||
-	    ss_cfg.mode == SS_MODE_TCP) {
+	    ss_cfg.mode == SS_MODE_TCP || ss_ring_seen()) {
 		ss_sock_mark_plain_fd(fd);
 		return NULL;
 	}

@@ -116,7 +116,8 @@ static void server_answer(struct ss_sock *s, int fd, const struct ss_msg *hello)
 		ss_send_msg(fd, &m, 1000);
 		s->acked = true;
 	}
-	r = ss_make_conn(s, fd, NULL);
+	/* Accepted before an io_uring ring, whose I/O the shim cannot carry: declined. */
+	r = ss_ring_seen() ? SS_REASON_POLICY : ss_make_conn(s, fd, NULL);
 	if (r == SS_REASON_NONE)
 		r = ss_agree(s, fd, hello);
 	if (r == SS_REASON_NONE && ss_bg_start(s) != 0)

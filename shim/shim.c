@@ -42,6 +42,8 @@ static void forget_connection(struct ss_sock *s)
 	s->bg = false;
 	s->watch.added = false;
 	s->kick.pos = 0;
+	/* The parent's worker counts its mirrored sockets as event users, not ours. */
+	atomic_store(&s->mirror_events, false);
 	if (st == SS_SOCK_FRESH || st == SS_SOCK_LISTEN || st == SS_SOCK_PLAIN)
 		return;
 	if (s->tcp_fd >= 0)
@@ -110,7 +112,7 @@ __attribute__((constructor)) static void ss_shim_init(void)
 	ss_test_delays_load();
 	ss_real_init();
 	atomic_store_explicit(&ss_pid, getpid(), memory_order_relaxed);
-	pthread_atfork(NULL, ss_inherit_forked, after_fork_child);
+	pthread_atfork(ss_inherit_forked, NULL, after_fork_child);
 }
 
 void ss_shim_leaving(bool close_open)

@@ -6,6 +6,7 @@
 #include <spawn.h>
 #include <stdbool.h>
 #include <sys/socket.h>
+#include <sys/un.h>
 
 #include "handshake/policy.h"
 #include "handshake/session.h"
@@ -256,6 +257,14 @@ void ss_down_passed_fds(const struct msghdr *msg);
  */
 void ss_down_before_exec(const posix_spawn_file_actions_t *fa);
 
+/*
+ * An io_uring ring is set up (its I/O goes past libc): every upgraded
+ * connection moves back to TCP (waited for), and from then on new ones
+ * stay there (ss_ring_seen).
+ */
+void ss_down_before_ring(void);
+bool ss_ring_seen(void);
+
 /* Whether a name of s survives the exec (or posix_spawn) being prepared. */
 bool ss_image_inherits(struct ss_sock *s);
 
@@ -274,7 +283,7 @@ void ss_spawn_after_fork(void);
 
 /* ---- a connection a forked child holds too (inherit.c) ---- */
 
-/* This process forked (the parent's half of the fork). */
+/* This process is about to fork (before it: a close racing the fork sees it). */
 void ss_inherit_forked(void);
 
 /*
@@ -293,8 +302,17 @@ void ss_inherit_leaving(void);
 /* The connection with serial, kept or named, with a reference; or NULL (progress thread). */
 struct ss_sock *ss_inherit_find(uint64_t serial);
 
-/* The end of a move: the TCP socket tcp goes to any other holder of the pair (lock held). */
+/*
+ * The end of a move: the TCP socket tcp goes to the child that asked for it
+ * (its address), and over the pair to any other holder (lock held).
+ */
 void ss_inherit_pass(struct ss_sock *s, int tcp);
+
+/* A child at from (its address) asked for s, whose move starts (progress thread). */
+void ss_inherit_heir(struct ss_sock *s, const struct sockaddr_un *from, socklen_t flen);
+
+/* The move a child asked for cannot start: it is told so (any thread). */
+void ss_inherit_refuse(struct ss_sock *s);
 
 /* In a forked child's exec: inherited connections of the owner come back as TCP sockets. */
 void ss_inherit_before_exec(void);
@@ -308,6 +326,15 @@ void ss_ctlchan_start(void);
 
 /* In a forked child: the parent's channel is closed; the child's worker opens its own. */
 void ss_ctlchan_after_fork(void);
+
+/*
+ * Sends text, with fd (SCM_RIGHTS) unless -1, on sock to to (NULL: its
+ * peer), without waiting. Returns 0 or -errno.
+ */
+int ss_send_fd(int sock, const struct sockaddr_un *to, socklen_t to_len, const char *text, int fd);
+
+/* ss_send_fd from the channel (a forked child's answers). */
+int ss_ctlchan_send(const struct sockaddr_un *to, socklen_t to_len, const char *text, int fd);
 
 /* The hold starts with p's n bytes from now on (lock held). Returns 0 or -ENOMEM. */
 int ss_hold_prepend(struct ss_sock *s, const uint8_t *p, size_t n);

@@ -53,6 +53,7 @@ struct ss_opt_rec {
 
 struct ss_epreg;
 struct ss_down;
+struct ss_heir;
 
 /*
  * Locks, always taken in this order: lock (state; held across negotiation
@@ -115,6 +116,7 @@ struct ss_sock {
 	int owner;                 /* FOREIGN: the pid of the process that carries it */
 	atomic_bool kept;          /* closed here, kept while a child holds its name: a reference */
 	struct ss_sock *kept_next; /* the kept list (inherit.c's lock) */
+	_Atomic(struct ss_heir *) heir; /* a child's exec waits for the TCP socket there */
 
 	/* background work on the progress thread (when bg is set; ss_w's services) */
 	bool bg;

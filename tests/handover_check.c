@@ -1,8 +1,12 @@
 /*
  * handover_check: a connection that changes hands mid-stream, as servers
  * hand theirs to other code: an exec'd program (CGI; inetd, which forks
- * first and execs in the child, its copy closed or still open; posix_spawn
- * with the connection dup2'd onto the program's stdin and stdout; or a child
+ * first and execs in the child, its copy closed or still open, or after
+ * the server echoed all up to the client's end of stream and waited for
+ * it through a nested epoll (inetd-shut: the handler then reads the end
+ * from TCP and exits); posix_spawn
+ * with the connection dup2'd onto the program's stdin and stdout; io_uring
+ * (the server's own reads and writes go through a ring); or a child
  * that only holds it, the server echoing the rest), another
  * process (SCM_RIGHTS, by sendmsg or sendmmsg), stdio; or dprintf. The
  * client streams a pseudo-random pattern from a writer thread while a
@@ -12,7 +16,8 @@
  * urgent data: TCP's MSG_OOB beside the stream.
  *
  *   handover_check client ADDR PORT BYTES
- *   handover_check server ADDR PORT BYTES exec|inetd|inetd-open|spawn|fork|pass|passm|
+ *   handover_check server ADDR PORT BYTES exec|inetd|inetd-open|inetd-shut|spawn|uring|fork|
+ *                  pass|passm|
  *                  stdio|dprintf
  *   handover_check oob-client ADDR PORT
  *   handover_check oob-server ADDR PORT
@@ -31,6 +36,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <liburing.h>
 #include <linux/tcp.h>
 #include <poll.h>
 #include <pthread.h>
@@ -40,13 +46,23 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/epoll.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "tools/prog.h"
 
 static const char *self;
+
+static unsigned long long now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (unsigned long long)ts.tv_sec * 1000 + (unsigned long long)ts.tv_nsec / 1000000;
+}
 
 static uint8_t pattern(uint64_t i)
 {
@@ -111,8 +127,10 @@ static int run_client(const char *addr, int port, uint64_t bytes)
 
 		if (n < 0)
 			prog_die("read");
-		if (n == 0)
+		if (n == 0) {
+			printf("handover_check: client: eof_ms=%llu\n", now_ms());
 			break;
+		}
 		for (ssize_t i = 0; i < n; i++)
 			if (buf[i] != pattern(off + (uint64_t)i)) {
 				fprintf(stderr, "handover_check: echo byte %llu differs\n",
@@ -170,14 +188,32 @@ static uint64_t echo_fd(int fd, uint64_t want)
 }
 
 /*
- * inetd: a child puts the connection on its stdin and stdout and execs the
- * handler; the parent closes its copy before the child's exec (inetd), or
- * keeps it open until the handler is done (inetd-open). A pipe orders the
- * two.
+ * Waits for fd's end through an epoll instance nested in another, which
+ * the kernel answers: under the shim the connection's readiness then
+ * shows on the application's end of its socketpair (docs/design.md).
  */
-static int serve_inetd(int fd, bool open_late)
+static void wait_nested(int fd)
 {
-	int go[2], status;
+	struct epoll_event ev = {.events = EPOLLIN | EPOLLRDHUP}, out;
+	int inner = epoll_create1(0), outer = epoll_create1(0);
+
+	if (inner < 0 || outer < 0 || epoll_ctl(inner, EPOLL_CTL_ADD, fd, &ev) != 0)
+		prog_die("epoll");
+	ev.events = EPOLLIN;
+	if (epoll_ctl(outer, EPOLL_CTL_ADD, inner, &ev) != 0 ||
+	    epoll_wait(outer, &out, 1, 5000) != 1)
+		fail("the end of stream does not show through a nested epoll");
+	close(outer);
+	close(inner);
+}
+
+/*
+ * Forks a child that goes on only once the parent opens the gate (*gate:
+ * the parent's end of a pipe). Returns as fork does.
+ */
+static pid_t fork_gated(int *gate)
+{
+	int go[2];
 	pid_t pid;
 	char k;
 
@@ -190,22 +226,99 @@ static int serve_inetd(int fd, bool open_late)
 		close(go[1]);
 		if (read(go[0], &k, 1) != 1)
 			_exit(3);
+		close(go[0]);
+		return 0;
+	}
+	close(go[0]);
+	*gate = go[1];
+	return pid;
+}
+
+static void gate_open(int gate)
+{
+	if (write(gate, "g", 1) != 1)
+		prog_die("write");
+	close(gate);
+}
+
+/*
+ * inetd: a child puts the connection on its stdin and stdout and execs the
+ * handler; the parent closes its copy before the child's exec (inetd), or
+ * keeps it open until the handler is done (inetd-open). A pipe orders the
+ * two.
+ */
+static int serve_inetd(int fd, bool open_late)
+{
+	int gate, status;
+	pid_t pid = fork_gated(&gate);
+
+	if (pid == 0) {
 		if (dup2(fd, 0) != 0 || dup2(fd, 1) != 1)
 			_exit(4);
 		close(fd);
 		execl(self, "handover_check", "echo-fds", "0", "1", (char *)NULL);
 		_exit(5);
 	}
-	close(go[0]);
 	if (!open_late)
 		close(fd);
-	if (write(go[1], "g", 1) != 1)
-		prog_die("write");
-	close(go[1]);
-	if (waitpid(pid, &status, 0) != pid || !WIFEXITED(status) || WEXITSTATUS(status))
+	gate_open(gate);
+	if (waitpid(pid, &status, 0) != pid || !WIFEXITED(status) || WEXITSTATUS(status)) {
+		fprintf(stderr, "handover_check: handler status %#x\n", status);
 		fail("the exec'd handler failed");
+	}
 	if (open_late)
 		close(fd);
+	return 0;
+}
+
+/* Sends n bytes of buf through ring. */
+static void ring_send_all(struct io_uring *ring, int fd, const uint8_t *buf, size_t n)
+{
+	for (size_t k = 0; k < n;) {
+		struct io_uring_sqe *sqe = io_uring_get_sqe(ring);
+		struct io_uring_cqe *cqe;
+		int res;
+
+		io_uring_prep_send(sqe, fd, buf + k, n - k, 0);
+		if (io_uring_submit_and_wait(ring, 1) < 0 || io_uring_wait_cqe(ring, &cqe) != 0)
+			fail("io_uring send");
+		res = cqe->res;
+		io_uring_cqe_seen(ring, cqe);
+		if (res <= 0)
+			fail("io_uring send failed");
+		k += (size_t)res;
+	}
+}
+
+/*
+ * uring: the server goes on with io_uring (its reads and writes then go
+ * past libc): recv and send through a ring echo the rest.
+ */
+static int serve_uring(int fd)
+{
+	struct io_uring ring;
+	uint8_t buf[4096];
+
+	if (io_uring_queue_init(8, &ring, 0) != 0)
+		fail("io_uring_queue_init");
+	for (;;) {
+		struct io_uring_sqe *sqe = io_uring_get_sqe(&ring);
+		struct io_uring_cqe *cqe;
+		int res;
+
+		io_uring_prep_recv(sqe, fd, buf, sizeof(buf), 0);
+		if (io_uring_submit_and_wait(&ring, 1) < 0 || io_uring_wait_cqe(&ring, &cqe) != 0)
+			fail("io_uring recv");
+		res = cqe->res;
+		io_uring_cqe_seen(&ring, cqe);
+		if (res < 0)
+			fail("io_uring recv failed");
+		if (res == 0)
+			break;
+		ring_send_all(&ring, fd, buf, (size_t)res);
+	}
+	io_uring_queue_exit(&ring);
+	close(fd);
 	return 0;
 }
 
@@ -236,38 +349,29 @@ static int serve_spawn(int fd)
 }
 
 /*
- * fork: a child holds the connection without using it and exits only after
- * the server, which echoes the rest itself, has closed its copy: the end
- * of stream comes with the child's exit, as TCP's FIN does, while the
- * server still lives (it stays 3 s longer).
+ * fork: a child holds the connection without using it and exits 1.5 s
+ * after the server, which echoes the rest itself, has closed its copy: the
+ * end of stream comes with the child's exit (the client's eof_ms is not
+ * before child_exit_ms), as TCP's FIN does, while the server still lives
+ * (it stays 3 s longer).
  */
 static int serve_fork(int fd, uint64_t rest)
 {
-	int go[2], status;
-	pid_t pid;
-	char k;
+	int gate, status;
+	pid_t pid = fork_gated(&gate);
 
-	if (pipe(go) != 0)
-		prog_die("pipe");
-	pid = fork();
-	if (pid < 0)
-		prog_die("fork");
 	if (pid == 0) {
-		close(go[1]);
-		if (read(go[0], &k, 1) != 1)
-			_exit(3);
-		usleep(500000);
+		usleep(1500000);
 		_exit(0);
 	}
-	close(go[0]);
 	if (echo_fd(fd, 0) != rest)
 		fail("the stream ended early");
 	close(fd);
-	if (write(go[1], "g", 1) != 1)
-		prog_die("write");
-	close(go[1]);
+	gate_open(gate);
 	if (waitpid(pid, &status, 0) != pid || !WIFEXITED(status) || WEXITSTATUS(status))
 		fail("the child failed");
+	printf("handover_check: child_exit_ms=%llu\n", (unsigned long long)now_ms());
+	fflush(stdout);
 	/* Still here when the client sees its end of stream (the caller checks). */
 	sleep(3);
 	return 0;
@@ -423,8 +527,16 @@ static int run_server(const char *addr, int port, uint64_t bytes, const char *ho
 	}
 	if (strcmp(how, "spawn") == 0)
 		return serve_spawn(fd);
+	if (strcmp(how, "uring") == 0)
+		return serve_uring(fd);
 	if (strcmp(how, "fork") == 0)
 		return serve_fork(fd, bytes - bytes / 4);
+	/* inetd-shut: the parent reads to the client's end of stream before the fork. */
+	if (strcmp(how, "inetd-shut") == 0) {
+		if (echo_fd(fd, 0) != bytes - bytes / 4)
+			fail("the stream ended early");
+		wait_nested(fd);
+	}
 	if (strncmp(how, "inetd", 5) == 0)
 		return serve_inetd(fd, strcmp(how, "inetd-open") == 0);
 	if (strcmp(how, "stdio") == 0) {
