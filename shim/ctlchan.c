@@ -21,6 +21,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include "shim/ctlchan.h"
 #include "shim/real.h"
 #include "shim/shim.h"
 #include "transport/log.h"
@@ -177,17 +178,17 @@ static void ctlchan_cb(struct ss_watch *wt, unsigned revents)
 
 void ss_ctlchan_start(void)
 {
-	struct sockaddr_un a = {.sun_family = AF_UNIX};
-	int fd, len;
+	struct sockaddr_un a;
+	socklen_t alen;
+	int fd;
 
 	if (ctlchan_fd >= 0 || !ss_w)
 		return;
-	len = snprintf(a.sun_path + 1, sizeof(a.sun_path) - 1, "srqshim.%d", (int)getpid());
+	alen = ss_ctlchan_addr((int)getpid(), &a);
 	fd = ss_real.socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
 	if (fd < 0)
 		return;
-	if (bind(fd, (struct sockaddr *)&a,
-		 (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + (size_t)len)) != 0) {
+	if (bind(fd, (struct sockaddr *)&a, alen) != 0) {
 		ss_log_warn("no operator channel: %s", strerror(errno));
 		ss_real.close(fd);
 		return;

@@ -136,11 +136,17 @@ static void handover_exec_wait(struct ss_sock *s)
 			    s->fds[0], handover_all ? "io_uring ring" : "new program");
 }
 
+/* Moves every connection the new image (or ring) gets, in the two passes above. */
+static void handover_move_inherited(void)
+{
+	ss_sock_for_each_held(handover_exec_start);
+	ss_sock_for_each_held(handover_exec_wait);
+}
+
 void ss_down_before_exec(const posix_spawn_file_actions_t *fa)
 {
 	handover_fa = fa;
-	ss_sock_for_each_held(handover_exec_start);
-	ss_sock_for_each_held(handover_exec_wait);
+	handover_move_inherited();
 	/* A forked child's: the owner moves them (inherit.c). */
 	ss_inherit_before_exec();
 	handover_fa = NULL;
@@ -158,7 +164,6 @@ void ss_down_before_ring(void)
 		ss_log_info("an io_uring ring: every connection moves back to TCP, and new ones "
 			    "stay there");
 	handover_all = true;
-	ss_sock_for_each_held(handover_exec_start);
-	ss_sock_for_each_held(handover_exec_wait);
+	handover_move_inherited();
 	handover_all = false;
 }

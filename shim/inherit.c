@@ -40,6 +40,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include "shim/ctlchan.h"
 #include "shim/real.h"
 #include "shim/shim.h"
 #include "transport/log.h"
@@ -129,7 +130,10 @@ void ss_inherit_bg_step(struct ss_sock *s)
 			return;
 		}
 	}
-	/* Moved (its TCP socket went over the pair), or every holder closed: it ends here. */
+	/*
+	 * Moved (its TCP socket went to the child that asked, or over the
+	 * pair), or every holder closed: it ends here.
+	 */
 	if (!inherit_unkeep(s))
 		return;
 	if (st == SS_SOCK_UPGRADED)
@@ -239,19 +243,17 @@ void ss_inherit_pass(struct ss_sock *s, int tcp)
  */
 static int inherit_ask(int owner, uint64_t serial)
 {
-	struct sockaddr_un to = {.sun_family = AF_UNIX}, me = {.sun_family = AF_UNIX};
+	struct sockaddr_un to, me = {.sun_family = AF_UNIX};
+	socklen_t to_len = ss_ctlchan_addr(owner, &to);
 	char req[64];
-	int fd, len;
+	int fd;
 
 	fd = ss_real.socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
 	if (fd < 0)
 		return -1;
-	len = snprintf(to.sun_path + 1, sizeof(to.sun_path) - 1, "srqshim.%d", owner);
 	snprintf(req, sizeof(req), "handover %llu", (unsigned long long)serial);
 	if (bind(fd, (struct sockaddr *)&me, sizeof(sa_family_t)) != 0 ||
-	    ss_real.sendto(fd, req, strlen(req), 0, (struct sockaddr *)&to,
-			   (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + (size_t)len)) <
-		    0) {
+	    ss_real.sendto(fd, req, strlen(req), 0, (struct sockaddr *)&to, to_len) < 0) {
 		ss_log_warn("cannot ask process %d, which carries an inherited connection: %s",
 			    owner, strerror(errno));
 		ss_real.close(fd);

@@ -13,7 +13,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <stddef.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -23,6 +22,7 @@
 #include "handshake/hello.h"
 #include "handshake/reason.h"
 #include "shim/config.h"
+#include "shim/ctlchan.h"
 #include "shim/stats.h"
 
 enum { EXIT_NOT_FOUND = 1, EXIT_USAGE = 2, EXIT_RUN_FAILED = 127 };
@@ -463,9 +463,9 @@ static int cmd_downgrade(int argc, char **argv)
 		{"help", no_argument, NULL, 'h'},
 		{0},
 	};
-	struct sockaddr_un to = {.sun_family = AF_UNIX}, me = {.sun_family = AF_UNIX};
+	struct sockaddr_un to, me = {.sun_family = AF_UNIX};
 	struct timeval tv = {.tv_sec = 2};
-	int pid = 0, fd = -1, c, s, len;
+	int pid = 0, fd = -1, c, s;
 	char req[64], answer[64];
 	ssize_t n;
 
@@ -496,10 +496,8 @@ static int cmd_downgrade(int argc, char **argv)
 		perror("srqshim-ctl: socket");
 		return EXIT_NOT_FOUND;
 	}
-	len = snprintf(to.sun_path + 1, sizeof(to.sun_path) - 1, "srqshim.%d", pid);
 	snprintf(req, sizeof(req), "downgrade %d\n", fd);
-	if (sendto(s, req, strlen(req), 0, (struct sockaddr *)&to,
-		   (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + (size_t)len)) < 0) {
+	if (sendto(s, req, strlen(req), 0, (struct sockaddr *)&to, ss_ctlchan_addr(pid, &to)) < 0) {
 		fprintf(stderr, "srqshim-ctl: process %d has no operator channel: %s\n", pid,
 			strerror(errno));
 		close(s);
