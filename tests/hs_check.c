@@ -2,9 +2,9 @@
  * hs_check: the negotiation's races, as applications meet them. Every run
  * checks the bytes both ways (a request echoed back, a greeting when the
  * server speaks first), so a fallback that loses, adds or reorders a byte
- * fails it. With HS_STATUS=FILE set, each side writes its own
- * "srqshim-ctl status --json --pid PID" (HS_CTL: the tool) into FILE.role
- * while its connection is open, for the caller to check the outcome.
+ * fails it. Each side takes its status snapshot (status_snap.h), tagged
+ * with its role, while its connection is open, for the caller to check the
+ * outcome.
  *
  *   hs_check same ADDR PORT BYTES
  *       one process: a server thread accepts, then waits for the client
@@ -42,6 +42,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "tests/status_snap.h"
 #include "tools/prog.h"
 
 #define GREETING_LEN 1000
@@ -122,20 +123,6 @@ static void check(const uint8_t *buf, size_t len, unsigned seed, const char *wha
 		}
 }
 
-/* Writes this process's status (as the status tool sees it) for the caller to check. */
-static void save_status(const char *role)
-{
-	const char *out = getenv("HS_STATUS"), *ctl = getenv("HS_CTL");
-	char cmd[1024];
-
-	if (!out || !ctl)
-		return;
-	snprintf(cmd, sizeof(cmd), "'%s' status --json --pid %d > '%s.%s'", ctl, (int)getpid(), out,
-		 role);
-	if (system(cmd) != 0)
-		fprintf(stderr, "hs_check: %s: status failed\n", role);
-}
-
 static int listener(const char *addr, int port)
 {
 	struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
@@ -179,7 +166,7 @@ static bool serve(int c, size_t bytes, bool greet)
 		exit(1);
 	}
 	check(buf, bytes, 1, "request");
-	save_status("server");
+	status_snap("server");
 	write_all(c, buf, bytes);
 	if (read_full(c, buf, 1) != 0) {
 		fprintf(stderr, "hs_check: server: bytes after the request\n");
@@ -265,7 +252,7 @@ static void run_client(const char *addr, int port, size_t bytes, bool nb, bool g
 		exit(1);
 	}
 	check(buf, bytes, 1, "echo");
-	save_status("client");
+	status_snap("client");
 	if (shutdown(s, SHUT_WR) < 0)
 		prog_die("shutdown");
 	if (read_full(s, buf, 1) != 0) {

@@ -11,6 +11,10 @@
  * slow: the server leaves connection 0 unread until every other connection
  * has been checked to its end, then reads it; it fails if the others could
  * not finish while connection 0 sat unread. Figures go to stdout.
+ *
+ * The server half-closes each connection after its answer and closes them
+ * all at the end, after its status snapshot (status_snap.h, tag "server"),
+ * so the snapshot shows every connection with its counters.
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -26,6 +30,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "tests/status_snap.h"
 #include "tools/prog.h"
 
 #define CHUNK 65536
@@ -88,9 +93,8 @@ static bool serve(struct peer *p, uint64_t bytes, uint8_t *buf)
 				fprintf(stderr, "many_check: connection %u: %llu of %llu bytes\n",
 					p->idx, (unsigned long long)p->done,
 					(unsigned long long)bytes);
-			if (write(p->fd, ans, strlen(ans)) < 0)
-				prog_die("write");
-			close(p->fd);
+			if (write(p->fd, ans, strlen(ans)) < 0 || shutdown(p->fd, SHUT_WR) < 0)
+				prog_die("write of the answer");
 			p->finished = true;
 			return true;
 		}
@@ -150,9 +154,14 @@ static int run_server(const char *addr, int port, int n, uint64_t bytes, bool sl
 				left);
 			return 1;
 		}
-		for (int i = 0; i < k; i++)
-			if (serve(evs[i].data.ptr, bytes, buf))
+		for (int i = 0; i < k; i++) {
+			struct peer *p = evs[i].data.ptr;
+
+			if (serve(p, bytes, buf)) {
+				epoll_ctl(ep, EPOLL_CTL_DEL, p->fd, NULL);
 				left--;
+			}
+		}
 	}
 	t_others = now_s();
 	printf("many_check: server: %d connections checked, %llu bytes each, in %.2f s (%.1f "
@@ -180,6 +189,11 @@ static int run_server(const char *addr, int port, int n, uint64_t bytes, bool sl
 		printf("many_check: server: connection 0 checked after %.2f s more\n",
 		       now_s() - t_others);
 	}
+	/* The process's figures in the status are refreshed once a second. */
+	sleep(2);
+	status_snap("server");
+	for (int i = 0; i < n; i++)
+		close(peers[i].fd);
 	return 0;
 }
 

@@ -16,6 +16,9 @@
  *   self     one event loop serves its own connections: it listens,
  *            connects to itself 3 times, accepts, and each connection
  *            sends 1,000 bytes and gets them echoed, all non-blocking
+ *
+ * ok and self take a status snapshot (status_snap.h) while their
+ * connections are open, tagged "ok-STYLE" and "self-STYLE".
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -32,6 +35,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "tests/status_snap.h"
 #include "tools/prog.h"
 
 enum style { EPOLL, POLL, SELECT };
@@ -121,6 +125,15 @@ static int nb_connect(const char *what, enum style st, const char *addr, int por
 	return fd;
 }
 
+/* The status snapshot of a scenario in a style, tagged "SCENARIO-STYLE". */
+static void snap(const char *scenario, enum style st)
+{
+	char tag[32];
+
+	snprintf(tag, sizeof(tag), "%s-%s", scenario, style_name[st]);
+	status_snap(tag);
+}
+
 static void scenario_ok(enum style st, const char *addr, int port, int l)
 {
 	int c = nb_connect("ok", st, addr, port, 0), a;
@@ -136,6 +149,7 @@ static void scenario_ok(enum style st, const char *addr, int port, int l)
 	for (int i = 0; i < 500 && read(c, &b, 1) != 1; i++) /* non-blocking: retry briefly */
 		usleep(10000);
 	printf("ok %s: the server got and sent a byte, the client read '%c'\n", style_name[st], b);
+	snap("ok", st);
 	close(a);
 	close(c);
 }
@@ -264,6 +278,7 @@ static void scenario_self(enum style st, const char *addr, int port)
 	}
 	printf("self %s: %d connections to itself, each echoed %d bytes\n", style_name[st], N,
 	       got[0] == LEN && got[1] == LEN && got[2] == LEN ? LEN : -1);
+	snap("self", st);
 	for (int i = 0; i < N; i++) {
 		close(cli[i]);
 		close(srv[i]);

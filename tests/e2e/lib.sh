@@ -53,16 +53,29 @@ SHIMMED=(env LD_PRELOAD="$PRELOAD" SRQSHIM_MODE="$CLIENT_MODE")
 shimmed() { "${SHIMMED[@]}" "$@"; }
 echo "modes: server $SERVER_MODE, client $CLIENT_MODE"
 
-# Prints the Python expression $2 evaluated over process $1 as
-# `srqshim-ctl status --pid $1 --json` shows it now (p: its process object;
-# further arguments in sys.argv[2:]); fails when the process is not shown.
-status_of() {
-	local pid=$1 expr=$2
-	shift 2
-	"$BUILD/tools/srqshim-ctl" status --pid "$pid" --json | python3 -c '
+# Prints the Python expression $1 evaluated over the one process of the
+# `srqshim-ctl status --json` output on stdin (p: its process object;
+# further arguments in sys.argv[2:]).
+status_eval() {
+	python3 -c '
 import json, sys
 (p,) = json.load(sys.stdin)["processes"]
-print(eval(sys.argv[1]))' "$expr" "$@"
+print(eval(sys.argv[1]))' "$@"
+}
+
+# status_eval over process $1 as `srqshim-ctl status --pid $1 --json` shows
+# it now; fails when the process is not shown.
+status_of() {
+	local pid=$1
+	shift
+	"$BUILD/tools/srqshim-ctl" status --pid "$pid" --json | status_eval "$@"
+}
+
+# status_eval over the snapshot a check program wrote (tests/status_snap.h).
+snap_of() {
+	local file=$1
+	shift
+	status_eval "$@" < "$file"
 }
 
 # How many connections of process $1 srqshim-ctl shows upgraded, with a
@@ -74,6 +87,32 @@ upgraded_now() {
 
 # Bytes process $1's upgraded connections received over RDMA so far (0 when not shown).
 upgraded_rx() { status_of "$1" "sum(c['rx_bytes'] for c in p['connections'] if c['state'] == 'upgraded')" 2> /dev/null || echo 0; }
+
+# hold_client ADDR PORT [VAR=value ...]: a preloaded client (the shim of
+# $PRELOAD, SHIMMED's mode, the variables given) connects to a redis server
+# at ADDR:PORT, gets the answer to a PING and keeps the connection open;
+# its pid goes to HELD_PID once the answer came. The caller kills it.
+hold_client() {
+	local addr=$1 port=$2 out
+	shift 2
+	out=$(mktemp "$WORK/hold.XXXXXX")
+	"${SHIMMED[@]}" "$@" python3 -c '
+import socket, sys, time
+s = socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=20)
+s.sendall(b"PING\r\n")
+got = s.recv(64)
+print("held" if got == b"+PONG\r\n" else "answer %r" % got, flush=True)
+time.sleep(600)' "$addr" "$port" > "$out" 2>&1 &
+	HELD_PID=$!
+	for _ in $(seq 1 400); do
+		grep -q "^held" "$out" && return 0
+		grep -q "^answer" "$out" && break
+		alive $HELD_PID || break
+		sleep 0.05
+	done
+	cat "$out"
+	fail "the holding client got no PONG"
+}
 
 # True while process $1 runs (a zombie child has ended).
 alive() { [ -d "/proc/$1" ] && ! grep -q '^State:.*zombie' "/proc/$1/status" 2>/dev/null; }

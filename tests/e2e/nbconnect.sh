@@ -12,16 +12,30 @@ NC=$BUILD/tests/nbconnect_check
 DEAD=192.0.2.99 # on dummy0: its packets go nowhere
 port=9850
 
+CTL=$BUILD/tools/srqshim-ctl
+
+# ends SNAPSHOT PORT MODE: "N M": the connections on TCP port PORT the
+# snapshot shows, and how many of them are upgraded with a peer in MODE.
+ends() {
+	snap_of "$1" "'%d %d' % (len(cs := [c for c in p['connections'] if c['local'].endswith(':' + sys.argv[2]) or c['peer'].endswith(':' + sys.argv[2])]), sum(c['state'] == 'upgraded' and c['peer_mode'] == sys.argv[3] for c in cs))" "$2" "$3"
+}
+
 timeout 300 "$NC" "$ADDR" $port $DEAD > "$WORK/tcp.txt" || { cat "$WORK/tcp.txt"; fail "over TCP"; }
 for mode in srq rq; do
 	port=$((port + 10))
-	env LD_PRELOAD="$PRELOAD" SRQSHIM_MODE=$mode SRQSHIM_LOG_LEVEL=info \
+	env LD_PRELOAD="$PRELOAD" SRQSHIM_MODE=$mode CHECK_STATUS="$WORK/$mode" CHECK_CTL="$CTL" \
 		timeout 300 "$NC" "$ADDR" $port $DEAD > "$WORK/$mode.txt" 2> "$WORK/$mode.log" ||
 		{ cat "$WORK/$mode.txt" "$WORK/$mode.log"; fail "$mode: nbconnect_check failed"; }
 	diff -u "$WORK/tcp.txt" "$WORK/$mode.txt" ||
 		fail "$mode: non-blocking connect showed other than over TCP (- TCP, + shim)"
-	# ok (1 pair) and self (3 pairs) in each of 3 styles: 24 ends upgraded.
-	ups=$(grep -c "upgraded (peer $mode)" "$WORK/$mode.log" || true)
-	[ "$ups" -ge 24 ] || { cat "$WORK/$mode.log"; fail "$mode: only $ups ends upgraded, 24 expected"; }
+	# In each style: ok's pair on PORT, self's 3 pairs on PORT+2+style, all upgraded.
+	ups=0 st=0
+	for style in epoll poll select; do
+		got=$(ends "$WORK/$mode.ok-$style" $port $mode)
+		[ "$got" = "2 2" ] || fail "$mode: ok $style: $got (connections, upgraded), want 2 2"
+		got=$(ends "$WORK/$mode.self-$style" $((port + 2 + st)) $mode)
+		[ "$got" = "6 6" ] || fail "$mode: self $style: $got (connections, upgraded), want 6 6"
+		ups=$((ups + 8)) st=$((st + 1))
+	done
 	pass "$mode: $(wc -l < "$WORK/tcp.txt") observations as over kernel TCP, $ups ends upgraded (the loop that connects to itself included)"
 done

@@ -39,13 +39,14 @@ scenario() {
 			pre_s=("${SERVED[@]}"); pre_c=("${SHIMMED[@]}")
 			[ "$senv" = - ] || pre_s+=($senv)
 			[ "$cenv" = - ] || pre_c+=($cenv)
+			pre_s+=(CHECK_STATUS="$WORK/st" CHECK_CTL="$CTL"); pre_c+=(CHECK_STATUS="$WORK/st" CHECK_CTL="$CTL")
 		fi
 		rm -f "$WORK"/st.*
-		"${pre_s[@]}" HS_STATUS="$WORK/st" HS_CTL="$CTL" timeout 60 "$HS" $role "$ADDR" $port $BYTES $sargs \
+		"${pre_s[@]}" timeout 60 "$HS" $role "$ADDR" $port $BYTES $sargs \
 			> "$WORK/server.log" 2>&1 &
 		local spid=$!
 		wait_listen $port
-		"${pre_c[@]}" HS_STATUS="$WORK/st" HS_CTL="$CTL" timeout 60 "$HS" client "$ADDR" $port $BYTES $cargs \
+		"${pre_c[@]}" timeout 60 "$HS" client "$ADDR" $port $BYTES $cargs \
 			> "$WORK/client.log" 2>&1 || { cat "$WORK/client.log" "$WORK/server.log"; fail "$name ($how): client"; }
 		wait $spid || { cat "$WORK/server.log" "$WORK/client.log"; fail "$name ($how): server"; }
 		grep -h "ok" "$WORK/server.log" "$WORK/client.log" | sed "s/^/  $how: /"
@@ -64,7 +65,7 @@ scenario() {
 port=$((port + 1))
 timeout 60 "$HS" same "$ADDR" $port $BYTES || fail "same process (tcp)"
 port=$((port + 1))
-"${SERVED[@]}" HS_STATUS="$WORK/st" HS_CTL="$CTL" timeout 60 "$HS" same "$ADDR" $port $BYTES \
+"${SERVED[@]}" CHECK_STATUS="$WORK/st" CHECK_CTL="$CTL" timeout 60 "$HS" same "$ADDR" $port $BYTES \
 	|| fail "same process (shim)"
 [ "$(outcome "$WORK/st.server")" = "upgraded upgraded" ] || fail "same process: $(outcome "$WORK/st.server")"
 pass "same process, server waits for the client's connect(): upgraded both ends"
