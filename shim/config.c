@@ -153,9 +153,9 @@ const struct ss_option ss_options[] = {
 		   "srq mode: received buffers a connection keeps unread in the pool; beyond "
 		   "this, unread data is copied out so a slow reader cannot starve the others"),
 	INT_OPTION("QP_POOL", qp_pool, "4", 0, 16,
-		   "srq mode: QPs per device made ahead of need by the progress thread, so a new "
-		   "connection only connects one; rq mode: closed connections' receive buffers "
-		   "kept registered for new ones (0: each connection makes its own)"),
+		   "QPs per device made ahead of need by the progress thread, so a new connection "
+		   "only connects one; rq mode also keeps closed connections' receive buffers "
+		   "registered for new ones (0: each connection makes its own)"),
 	INT_OPTION("TX_POOL_MAX", tx_pool_max, "8192", 16, 1048576,
 		   "most send buffers per device, shared by all connections (taken while data "
 		   "is in flight)"),

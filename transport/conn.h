@@ -37,7 +37,7 @@ struct ss_transport_cfg {
 	uint32_t srq_max;      /* SRQ: bound of the receive pool, in blocks */
 	uint32_t srq_hold;     /* SRQ: blocks a connection keeps unread before copying out */
 	uint32_t tx_pool_max;  /* bound of the device's send pool, in blocks */
-	uint32_t qp_pool;      /* SRQ: ready QPs kept per device (qpool.h); 0: none */
+	uint32_t qp_pool;      /* ready QPs kept per device (qpool.h); 0: none */
 };
 
 /* Readiness of a connection, as a TCP socket would show it. */

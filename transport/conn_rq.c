@@ -12,6 +12,7 @@
 #include "transport/handoff.h"
 #include "transport/log.h"
 #include "transport/qp.h"
+#include "transport/qpool.h"
 #include "transport/worker.h"
 
 static int rq_post(struct ss_conn *c, struct ss_blk *b)
@@ -47,44 +48,28 @@ static void rq_repost(struct ss_conn *c)
 
 static int rq_setup(struct ss_conn *c, const struct ss_transport_cfg *cfg, struct ss_params *mine)
 {
-	struct ss_qp_caps caps;
+	struct ss_qp_caps caps = ss_qpool_caps(cfg);
+	struct ss_qpool_ent e;
 	int ret;
 
-	c->n_rx = cfg->rx_window + cfg->ctrl_reserve;
+	c->n_rx = caps.rq_depth;
 	c->hold_max = UINT32_MAX; /* its buffers are its own: a slow reader holds no one else's */
-	caps = (struct ss_qp_caps){cfg->sq_depth, c->n_rx, cfg->max_inline};
 	/* Its buffers may be a closed connection's, still registered (the device's cache). */
 	(void)ss_pool_init(&c->rxp, c->dc->pd, c->buf_size, c->n_rx, c->n_rx, 0); /* no chunk yet */
 	ss_pool_set_cache(&c->rxp, &c->dc->rq_cache);
 	ret = ss_pool_grow(&c->rxp, c->n_rx);
 	if (ret < 0)
 		goto err_fini;
-	/* Each reservation holds every request of its queue: a CQ can never overflow. */
-	ret = ss_cqs_reserve(c->cqs, true, c->n_rx, &c->rcq);
+	ret = ss_qpool_get(c->dc, &caps, c, &e);
 	if (ret)
 		goto err_fini;
-	ret = ss_cqs_reserve(c->cqs, false, cfg->sq_depth, &c->scq);
-	if (ret)
-		goto err_unreserve_recv;
-	ret = ss_qp_create_rc(c->dc->pd, c->scq->cq, c->rcq->cq, NULL, &caps, c, &c->qp);
-	if (ret)
-		goto err_unreserve_send;
-	ret = ss_qp_init(c->qp, c->dc->dev);
-	if (ret)
-		goto err_destroy_qp;
-	ret = ss_cqs_attach(c->cqs, c->qp, c);
-	if (ret)
-		goto err_destroy_qp;
+	c->qp = e.qp;
+	c->scq = e.scq;
+	c->rcq = e.rcq;
 	mine->recv_mode = SS_RECV_RQ;
 	mine->window = cfg->rx_window;
 	return 0;
 
-err_destroy_qp:
-	ibv_destroy_qp(c->qp);
-err_unreserve_send:
-	ss_cqs_unreserve(c->cqs, c->scq, cfg->sq_depth);
-err_unreserve_recv:
-	ss_cqs_unreserve(c->cqs, c->rcq, c->n_rx);
 err_fini:
 	ss_pool_fini(&c->rxp);
 	return ret;

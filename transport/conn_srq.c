@@ -16,29 +16,21 @@
 static int srq_setup(struct ss_conn *c, const struct ss_transport_cfg *cfg, struct ss_params *mine)
 {
 	struct ss_qp_caps caps = ss_qpool_caps(cfg);
+	struct ss_qpool_ent e;
 	int ret;
 
 	c->srq = atomic_load_explicit(&c->dc->srq, memory_order_acquire);
 	c->hold_max = cfg->srq_hold;
 	c->rcq = c->srq->rcq;
-	/* A ready QP if the device has one; else made here, as the pool makes them. */
-	if (!ss_qpool_take(&c->dc->qpool, &caps, c, &c->qp, &c->scq)) {
-		ret = ss_qpool_make(c->dc, &caps, c, &c->qp, &c->scq);
-		if (ret)
-			return ret;
-	}
-	ret = ss_cqs_attach(c->cqs, c->qp, c);
+	ret = ss_qpool_get(c->dc, &caps, c, &e);
 	if (ret)
-		goto err_destroy_qp;
+		return ret;
+	c->qp = e.qp;
+	c->scq = e.scq;
 	mine->recv_mode = SS_RECV_SRQ;
 	mine->window = cfg->rx_window;
 	mine->buf_size = c->srq->cfg.buf_size; /* the SRQ's blocks, whatever cfg says now */
 	return 0;
-
-err_destroy_qp:
-	ibv_destroy_qp(c->qp);
-	ss_cqs_unreserve(c->cqs, c->scq, cfg->sq_depth);
-	return ret;
 }
 
 static int srq_post_initial(struct ss_conn *c)

@@ -9,23 +9,44 @@
 #include "transport/srq.h"
 #include "transport/worker.h"
 
-int ss_qpool_make(struct ss_devctx *dc, const struct ss_qp_caps *caps, void *context,
-		  struct ibv_qp **qp_p, struct ss_cq **scq_p)
+/* Gives back *e's CQ reservations (its receive one only if made). */
+static void qpool_unreserve(struct ss_devctx *dc, const struct ss_qp_caps *caps,
+			    struct ss_qpool_ent *e)
 {
-	struct ss_srq *srq = atomic_load_explicit(&dc->srq, memory_order_acquire);
+	ss_cqs_unreserve(&dc->cqs, e->scq, caps->sq_depth);
+	ss_cqs_unreserve(&dc->cqs, e->rcq, caps->rq_depth);
+}
+
+/*
+ * Makes a QP of dc with caps (its CQ reservations, the QP on the SRQ when
+ * caps.rq_depth is 0, context as its qp_context, INIT) into *e. Returns 0
+ * or -errno, nothing left.
+ */
+static int qpool_make(struct ss_devctx *dc, const struct ss_qp_caps *caps, void *context,
+		      struct ss_qpool_ent *e)
+{
+	struct ss_srq *srq = NULL;
 	int ret;
 
-	ret = ss_cqs_reserve(&dc->cqs, false, caps->sq_depth, scq_p);
+	e->rcq = NULL;
+	ret = ss_cqs_reserve(&dc->cqs, false, caps->sq_depth, &e->scq);
 	if (ret)
 		return ret;
-	ret = ss_qp_create_rc(dc->pd, (*scq_p)->cq, srq->rcq->cq, srq->srq, caps, context, qp_p);
+	/* Each reservation holds every request of its queue: a CQ can never overflow. */
+	if (caps->rq_depth)
+		ret = ss_cqs_reserve(&dc->cqs, true, caps->rq_depth, &e->rcq);
+	else
+		srq = atomic_load_explicit(&dc->srq, memory_order_acquire);
+	if (ret == 0)
+		ret = ss_qp_create_rc(dc->pd, e->scq->cq, srq ? srq->rcq->cq : e->rcq->cq,
+				      srq ? srq->srq : NULL, caps, context, &e->qp);
 	if (ret == 0) {
-		ret = ss_qp_init(*qp_p, dc->dev);
+		ret = ss_qp_init(e->qp, dc->dev);
 		if (ret == 0)
 			return 0;
-		ibv_destroy_qp(*qp_p);
+		ibv_destroy_qp(e->qp);
 	}
-	ss_cqs_unreserve(&dc->cqs, *scq_p, caps->sq_depth);
+	qpool_unreserve(dc, caps, e);
 	return ret;
 }
 
@@ -44,7 +65,7 @@ static void qpool_refill(struct ss_defer *d)
 	more = p->n < p->want && !atomic_load(&p->dc->port_down);
 	pthread_mutex_unlock(&p->lock);
 	/* On failure connections make their own meanwhile; the next take tries again. */
-	if (more && ss_qpool_make(p->dc, &p->caps, NULL, &e.qp, &e.scq) != 0)
+	if (more && qpool_make(p->dc, &p->caps, NULL, &e) != 0)
 		more = false;
 	pthread_mutex_lock(&p->lock);
 	if (more)
@@ -79,8 +100,9 @@ void ss_qpool_start(struct ss_qpool *p, struct ss_worker *w, struct ss_devctx *d
 	pthread_mutex_unlock(&p->lock);
 }
 
-bool ss_qpool_take(struct ss_qpool *p, const struct ss_qp_caps *caps, void *context,
-		   struct ibv_qp **qp_p, struct ss_cq **scq_p)
+/* Takes a ready QP made with caps into *e, context its qp_context; queues a refill. */
+static bool qpool_take(struct ss_qpool *p, const struct ss_qp_caps *caps, void *context,
+		       struct ss_qpool_ent *e)
 {
 	bool got;
 
@@ -89,8 +111,7 @@ bool ss_qpool_take(struct ss_qpool *p, const struct ss_qp_caps *caps, void *cont
 	pthread_mutex_lock(&p->lock);
 	got = p->n > 0;
 	if (got) {
-		*qp_p = p->ent[--p->n].qp;
-		*scq_p = p->ent[p->n].scq;
+		*e = p->ent[--p->n];
 		p->taken++;
 	} else {
 		p->own++;
@@ -98,7 +119,7 @@ bool ss_qpool_take(struct ss_qpool *p, const struct ss_qp_caps *caps, void *cont
 	qpool_queue_locked(p);
 	pthread_mutex_unlock(&p->lock);
 	if (got)
-		(*qp_p)->qp_context = context;
+		e->qp->qp_context = context;
 	return got;
 }
 
@@ -111,4 +132,22 @@ void ss_qpool_get_stats(struct ss_qpool *p, uint32_t *ready, uint64_t *taken, ui
 	*taken += p->taken;
 	*own += p->own;
 	pthread_mutex_unlock(&p->lock);
+}
+
+int ss_qpool_get(struct ss_devctx *dc, const struct ss_qp_caps *caps, struct ss_conn *c,
+		 struct ss_qpool_ent *e)
+{
+	int ret;
+
+	if (!qpool_take(&dc->qpool, caps, c, e)) {
+		ret = qpool_make(dc, caps, c, e);
+		if (ret)
+			return ret;
+	}
+	ret = ss_cqs_attach(&dc->cqs, e->qp, c);
+	if (ret) {
+		ibv_destroy_qp(e->qp);
+		qpool_unreserve(dc, caps, e);
+	}
+	return ret;
 }

@@ -1,11 +1,13 @@
 /*
- * Ready QPs (issue 11): SRQ-mode QPs of one device made ahead of need, so
- * that a new connection only moves one to RTR and RTS. The progress thread
- * keeps up to `want` of them: created on the device's SRQ with a send CQ
- * reservation of their own, and in INIT. A connection takes one if the
- * pool has one made with its capabilities, and asks for a refill; else it
- * makes its own, as before. Taken QPs are destroyed as any other; the pool
- * itself lives as long as its device context (the process).
+ * Ready QPs (issue 11): QPs of one device made ahead of need, so that a
+ * new connection only moves one to RTR and RTS. The progress thread keeps
+ * up to `want` of them, in INIT, each with its CQ reservations: in SRQ
+ * mode on the device's SRQ with a send CQ reservation; in private-RQ mode
+ * with a receive queue of its own (no receive posted yet: the connection
+ * posts its buffers) and a reservation in each CQ. A connection takes one
+ * if the pool has one made with its capabilities, and asks for a refill;
+ * else it makes its own, as before. Taken QPs are destroyed as any other;
+ * the pool itself lives as long as its device context (the process).
  *
  * Locking: the pool's lock is never held across a verbs call; under it only the
  * leaf tasks_lock is taken (to queue a refill). ss_qpool_take may be called by
@@ -24,10 +26,15 @@
 
 #define SS_QPOOL_MAX 16
 
-/* The capabilities of an SRQ-mode QP under cfg: the pool's, and a connection's that asks it. */
+/*
+ * The capabilities of a QP under cfg, in its receive mode: the pool's, and
+ * a connection's that asks it (rq_depth 0: on the SRQ).
+ */
 static inline struct ss_qp_caps ss_qpool_caps(const struct ss_transport_cfg *cfg)
 {
-	return (struct ss_qp_caps){cfg->sq_depth, 0, cfg->max_inline};
+	uint32_t rq_depth = cfg->recv_mode == SS_RECV_RQ ? cfg->rx_window + cfg->ctrl_reserve : 0;
+
+	return (struct ss_qp_caps){cfg->sq_depth, rq_depth, cfg->max_inline};
 }
 
 struct ibv_qp;
@@ -40,6 +47,7 @@ struct ss_qpool {
 	struct ss_qpool_ent {
 		struct ibv_qp *qp;
 		struct ss_cq *scq; /* its send CQ reservation (caps.sq_depth) */
+		struct ss_cq *rcq; /* its receive CQ reservation (caps.rq_depth); NULL on the SRQ */
 	} ent[SS_QPOOL_MAX];
 	int n;
 	int want;               /* 0: no pool */
@@ -56,19 +64,14 @@ void ss_qpool_start(struct ss_qpool *p, struct ss_worker *w, struct ss_devctx *d
 		    const struct ss_qp_caps *caps);
 
 /*
- * Takes a ready QP made with caps, with context as its qp_context, and its
- * send CQ reservation; queues a refill. Returns false when there is none.
+ * The QP of a new connection c of dc, made with caps: a ready one if the
+ * pool has one (a refill is queued), else made here as the pool makes
+ * them; c is its qp_context and it is entered in the device's QP map.
+ * Fills *e (the QP and its CQ reservations). Returns 0 or -errno, nothing
+ * left.
  */
-bool ss_qpool_take(struct ss_qpool *p, const struct ss_qp_caps *caps, void *context,
-		   struct ibv_qp **qp_p, struct ss_cq **scq_p);
-
-/*
- * Makes an SRQ-mode QP of dc as the pool does (a send CQ reservation, the
- * QP on the SRQ with context as its qp_context, INIT); also for a
- * connection that found the pool empty. Returns 0 or -errno, nothing left.
- */
-int ss_qpool_make(struct ss_devctx *dc, const struct ss_qp_caps *caps, void *context,
-		  struct ibv_qp **qp_p, struct ss_cq **scq_p);
+int ss_qpool_get(struct ss_devctx *dc, const struct ss_qp_caps *caps, struct ss_conn *c,
+		 struct ss_qpool_ent *e);
 
 /* Adds the ready QPs now, the takes served and the takes that found none (statistics). */
 void ss_qpool_get_stats(struct ss_qpool *p, uint32_t *ready, uint64_t *taken, uint64_t *own);

@@ -215,13 +215,16 @@ int ss_worker_devctx_pools(struct ss_worker *w, struct ss_devctx *dc,
 			.max_blks = cfg->srq_max,
 		};
 		ret = ss_srq_create(dc, &sc, &srq);
-		if (ret == 0) { /* published whole: the progress thread reads it without the lock */
-			struct ss_qp_caps caps = ss_qpool_caps(cfg);
+		if (ret) /* (the pool's QPs go on the SRQ) */
+			goto out;
+		/* Published whole: the progress thread reads it without the lock. */
+		atomic_store_explicit(&dc->srq, srq, memory_order_release);
+	}
+	if (cfg->qp_pool > 0 && !dc->qpool_started) {
+		struct ss_qp_caps caps = ss_qpool_caps(cfg);
 
-			atomic_store_explicit(&dc->srq, srq, memory_order_release);
-			if (cfg->qp_pool > 0)
-				ss_qpool_start(&dc->qpool, w, dc, (int)cfg->qp_pool, &caps);
-		}
+		ss_qpool_start(&dc->qpool, w, dc, (int)cfg->qp_pool, &caps);
+		dc->qpool_started = 1;
 	}
 out:
 	pthread_mutex_unlock(&w->lock);
@@ -254,8 +257,9 @@ void ss_worker_get_stats(struct ss_worker *w, struct ss_worker_stats *st)
 			st->srq_peak_held += ss.peak_held;
 			st->srq_limit_events += ss.limit_events;
 			st->reg_bytes += ss.reg_bytes;
-			ss_qpool_get_stats(&dc->qpool, &st->qp_ready, &st->qp_taken, &st->qp_own);
 		}
+		if (dc->qpool_started)
+			ss_qpool_get_stats(&dc->qpool, &st->qp_ready, &st->qp_taken, &st->qp_own);
 	}
 	pthread_mutex_unlock(&w->lock);
 }

@@ -39,13 +39,14 @@ struct ss_devctx {
 	bool ch_watched;       /* its channel is in the progress thread's set (the tasks lock) */
 	atomic_bool port_down; /* its port went down, or the device failed: no new connection */
 	atomic_int async_tag;  /* SS_TAG_ASYNC: the device's async events */
-	int pools_ready;
-	struct ss_pool txp; /* send blocks of every connection on the device */
-	struct ss_cqs cqs;  /* the shared CQs of every connection on the device */
+	int pools_ready;       /* txp and rq_cache made (the worker lock) */
+	int qpool_started;     /* qpool started, in the first connection's mode (the worker lock) */
+	struct ss_pool txp;    /* send blocks of every connection on the device */
+	struct ss_cqs cqs;     /* the shared CQs of every connection on the device */
 	/* SRQ mode's shared receive side, made on first need (under the worker lock), read
 	 * anywhere */
 	_Atomic(struct ss_srq *) srq;
-	struct ss_qpool qpool;         /* ready SRQ-mode QPs (qpool.h); started with the SRQ */
+	struct ss_qpool qpool;         /* ready QPs (qpool.h); started after the SRQ in srq mode */
 	struct ss_pool_cache rq_cache; /* private receive pools of closed connections, kept */
 };
 

@@ -10,10 +10,10 @@
 # ms; a stall waits for a handshake deadline, 15 s by default, as every
 # cycle that lost its watch did before 2026-12-02). SRQSHIM_CHURN_CYCLES
 # (default 60) sets the count. Last, the destination cache's memo: cycles to
-# a destination known shimmed do not open the cache file. In srq mode,
+# a destination known shimmed do not open the cache file. In both modes,
 # connections take QPs the progress thread made ahead (SRQSHIM_QP_POOL); in
-# rq mode they take receive pools kept from closed connections (as many,
-# one MR each: counted out of the MRs that must not grow).
+# rq mode they also take receive pools kept from closed connections (as
+# many, one MR each: counted out of the MRs that must not grow).
 . "$(dirname "$0")/lib.sh"
 need_rdma
 
@@ -84,19 +84,15 @@ for mode in srq rq; do
 	[ $((cf2 - cf1)) -le 2 ] && [ "$ct1" = "$ct2" ] || fail "$mode: the client's fds or threads grew"
 	[ $((r2 - r1)) -lt 4096 ] && [ $((cr2 - cr1)) -lt 4096 ] || fail "$mode: RSS grew by more than 4 MiB"
 	[ $pkts -gt $((cycles * 4)) ] || fail "$mode: only $pkts RDMA packets for $cycles cycles"
-	# srq mode: connections take ready QPs (made ahead by the progress thread), and
-	# the pool is full again once the cycles pause; rq mode has no pool.
+	# Connections take ready QPs (made ahead by the progress thread), and the
+	# pool is full again once the cycles pause.
 	read -r sready staken sown cready ctaken cown < "$WORK/pool.2"
 	echo "  $mode: ready QPs at the end (server, client) $sready, $cready; taken $staken, $ctaken; made on the spot $sown, $cown"
-	if [ $mode = srq ]; then
-		[ "$sready" -eq 4 ] && [ "$cready" -eq 4 ] || fail "$mode: the QP pools were not refilled"
-		[ $((staken + sown)) -eq "$cycles" ] && [ $((ctaken + cown)) -eq "$cycles" ] ||
-			fail "$mode: pool takes do not add up to the cycles"
-		[ "$staken" -ge $((cycles / 2)) ] && [ "$ctaken" -ge $((cycles / 2)) ] ||
-			fail "$mode: fewer than half of the connections found a ready QP"
-	else
-		[ "$sready $staken $sown $cready $ctaken $cown" = "0 0 0 0 0 0" ] || fail "$mode: a QP pool in rq mode"
-	fi
+	[ "$sready" -eq 4 ] && [ "$cready" -eq 4 ] || fail "$mode: the QP pools were not refilled"
+	[ $((staken + sown)) -eq "$cycles" ] && [ $((ctaken + cown)) -eq "$cycles" ] ||
+		fail "$mode: pool takes do not add up to the cycles"
+	[ "$staken" -ge $((cycles / 2)) ] && [ "$ctaken" -ge $((cycles / 2)) ] ||
+		fail "$mode: fewer than half of the connections found a ready QP"
 	read -r _ _ _ secs _ longest < <(grep '^done' "$WORK/churn.$mode")
 	awk -v l="$longest" 'BEGIN {exit !(l < 5)}' || fail "$mode: a cycle stalled for $longest s"
 	pass "$mode: $cycles cycles of connect, echo, close in $secs s, the longest $longest s: nothing grew"
