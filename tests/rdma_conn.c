@@ -19,6 +19,7 @@
 #include <sys/eventfd.h>
 #include <sys/random.h>
 #include <sys/syscall.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -395,6 +396,65 @@ static void test_stream_srq_with_rq(void **state)
 	stream_both_ways(srq_rq, 16, 4096, 8u << 20);
 }
 
+/*
+ * The pool's last receives when the limit event is missed. The SRQ has 8
+ * receives, its bound; a's receiver never reads and keeps every message
+ * (hold 16). Its first 8 drain the SRQ; the limit event's work copies them
+ * out and reposts, but waits 300 ms (test_rearm_ms) before it arms the
+ * limit, while a's other 8 land: armed below the limit, rxe raises no
+ * event again. b's first message must still land: the completions that
+ * leave the SRQ low queue the same work (ss_srq_taken). Run in a process
+ * of its own (rdma_conn srq-low): a process's SRQ has its first srq
+ * connection's settings.
+ */
+static void test_srq_low_missed_event(void **state)
+{
+	struct ss_transport_cfg cfg = test_cfg(16, 8192);
+	static uint8_t flood[16 * 8192];
+	uint8_t msg[64], got[64];
+	struct iovec iov = {flood, sizeof(flood)}, miov = {msg, sizeof(msg)};
+	struct end a[2] = {{0}}, b[2] = {{0}};
+
+	(void)state;
+	cfg.srq_initial = 8;
+	cfg.srq_max = 8;
+	cfg.srq_hold = 16;
+	cfg.sq_depth = 32; /* a's 16 messages all posted at once */
+	cfg.test_rearm_ms = 300;
+	make_pair(cfg, srq_srq, a);
+	make_pair(cfg, srq_srq, b);
+	assert_int_equal(ss_conn_send(a[0].c, &iov, 1, false), sizeof(flood));
+	usleep(1000 * 1000); /* a's 16 messages land, or wait for receives */
+	memset(msg, 0x3c, sizeof(msg));
+	assert_int_equal(ss_conn_send(b[0].c, &miov, 1, false), sizeof(msg));
+	assert_int_equal(read_within(&b[1], got, sizeof(got), 3000), sizeof(got));
+	assert_memory_equal(msg, got, sizeof(got));
+	destroy_pair(b);
+	destroy_pair(a);
+}
+
+/* Runs test_srq_low_missed_event in a new process (this program, "srq-low"). */
+static void test_srq_low_own_process(void **state)
+{
+	char self[4096];
+	ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+	int status;
+	pid_t pid;
+
+	(void)state;
+	assert_true(n > 0);
+	self[n] = '\0';
+	pid = fork();
+	if (pid == 0) {
+		execl(self, self, "srq-low", (char *)NULL);
+		_exit(127);
+	}
+	assert_true(pid > 0);
+	assert_int_equal(waitpid(pid, &status, 0), pid);
+	assert_true(WIFEXITED(status));
+	assert_int_equal(WEXITSTATUS(status), 0);
+}
+
 static int find_address(void)
 {
 	struct ifaddrs *ifa_list;
@@ -414,7 +474,7 @@ static int find_address(void)
 	return ret;
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_stream_small_window),
@@ -423,6 +483,10 @@ int main(void)
 		cmocka_unit_test(test_stream_srq_with_rq),
 		cmocka_unit_test(test_timer_survives_destroyed_neighbour),
 		cmocka_unit_test(test_create_failure_leaks_nothing),
+		cmocka_unit_test(test_srq_low_own_process),
+	};
+	const struct CMUnitTest srq_low[] = {
+		cmocka_unit_test(test_srq_low_missed_event),
 	};
 
 	setvbuf(stdout, NULL, _IOLBF, 0);
@@ -434,5 +498,7 @@ int main(void)
 		fprintf(stderr, "rdma_conn: no non-loopback IPv4 address\n");
 		return 1;
 	}
+	if (argc > 1 && strcmp(argv[1], "srq-low") == 0)
+		return cmocka_run_group_tests(srq_low, NULL, NULL);
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -38,6 +38,9 @@ struct ss_transport_cfg {
 	uint32_t srq_hold;     /* SRQ: blocks a connection keeps unread before copying out */
 	uint32_t tx_pool_max;  /* bound of the device's send pool, in blocks */
 	uint32_t qp_pool;      /* ready QPs kept per device (qpool.h); 0: none */
+	/* Tests only (tests/rdma_conn.c; 0 otherwise): the SRQ's re-arm after a low pool waits this
+	 * long, so that its receives drain before the limit is armed. */
+	uint32_t test_rearm_ms;
 };
 
 /* Readiness of a connection, as a TCP socket would show it. */
@@ -414,7 +417,7 @@ struct ss_transport_ops {
 
 extern const struct ss_transport_ops ss_transport_ops;
 
-#define SS_TRANSPORT_OPS_VERSION 14
+#define SS_TRANSPORT_OPS_VERSION 15
 #define SS_TRANSPORT_OPS_SYMBOL  "ss_transport_ops"
 
 #endif

@@ -4,6 +4,7 @@
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <infiniband/verbs.h>
 
@@ -62,16 +63,13 @@ void ss_srq_repost(struct ss_srq *s, struct ss_blk *chain)
  */
 static void srq_arm_limit(struct ss_srq *s)
 {
-	struct ibv_srq_attr attr = {.srq_limit = s->cfg.initial / 4 ? s->cfg.initial / 4 : 1};
+	struct ibv_srq_attr attr = {.srq_limit = s->low_mark};
 	int ret;
 
+	/* Without the event, the completions' own look (ss_srq_taken) still sees a low pool. */
 	ret = ibv_modify_srq(s->srq, &attr, IBV_SRQ_LIMIT);
-	if (ret) {
+	if (ret)
 		ss_log_warn("ibv_modify_srq(limit %u): %s", attr.srq_limit, strerror(ret));
-		s->limit = 0;
-		return;
-	}
-	s->limit = attr.srq_limit;
 }
 
 static int srq_grow(struct ss_srq *s, uint32_t n)
@@ -84,6 +82,35 @@ static int srq_grow(struct ss_srq *s, uint32_t n)
 	ss_pool_get_many(&s->rx, &head, (uint32_t)got);
 	srq_post_blocks(s, head);
 	return got;
+}
+
+/* The pool is low: grows it, or at its bound has unread blocks copied out; re-arms the limit. */
+static void srq_low(struct ss_srq *s)
+{
+	int got;
+
+	got = srq_grow(s, s->cfg.initial);
+	if (got > 0) {
+		ss_log_info("SRQ low: pool grown by %d to %u blocks (bound %u)", got,
+			    ss_pool_made(&s->rx), s->rx.max_blks);
+	} else {
+		/* At the bound: unread data leaves the pool (poll lock before connection locks). */
+		ss_cqs_for_each_conn(&s->dc->cqs, ss_conn_unpin);
+		s->unpins++;
+	}
+	if (s->cfg.test_rearm_ms)
+		usleep(s->cfg.test_rearm_ms * 1000);
+	srq_arm_limit(s);
+}
+
+/* Deferred work (progress thread): the low pool a completion saw, unless mended since. */
+static void srq_low_deferred(struct ss_defer *d)
+{
+	struct ss_srq *s = (struct ss_srq *)((char *)d - offsetof(struct ss_srq, low));
+
+	atomic_store(&s->low_queued, false);
+	if (atomic_load_explicit(&s->posted, memory_order_relaxed) < s->low_mark)
+		srq_low(s);
 }
 
 int ss_srq_create(struct ss_devctx *dc, const struct ss_srq_cfg *cfg, struct ss_srq **srq_p)
@@ -124,6 +151,8 @@ int ss_srq_create(struct ss_devctx *dc, const struct ss_srq_cfg *cfg, struct ss_
 		ret = -ENOMEM;
 	if (ret)
 		goto err_unreserve;
+	s->low_mark = s->cfg.initial / 4 ? s->cfg.initial / 4 : 1;
+	s->low.fn = srq_low_deferred;
 	srq_arm_limit(s);
 	ss_log_info("%s: SRQ with %u receives of %u bytes (bound %u)", dc->dev->name,
 		    s->cfg.initial, s->cfg.buf_size, s->cfg.max_blks);
@@ -150,23 +179,23 @@ void ss_srq_taken(struct ss_srq *s, uint32_t n)
 	       !atomic_compare_exchange_weak_explicit(&s->peak_held, &peak, held,
 						      memory_order_relaxed, memory_order_relaxed))
 		;
+	/*
+	 * The device raises the limit event only for a receive taken across
+	 * the limit: armed when the SRQ was below it already (it drained while
+	 * the last event was handled), it never comes, and blocks kept by
+	 * readers that do not read could hold the whole pool for good, with
+	 * nothing posted (tests/e2e/many.sh's stress stalled so, its server
+	 * in a blocking read of a connection whose first message could not
+	 * land). So the completions that leave it low ask too.
+	 */
+	if (posted < s->low_mark && !atomic_exchange(&s->low_queued, true))
+		ss_worker_defer(s->dc->cqs.w, &s->low);
 }
 
 void ss_srq_on_limit(struct ss_srq *s)
 {
-	int got;
-
 	s->limit_events++;
-	got = srq_grow(s, s->cfg.initial);
-	if (got > 0) {
-		ss_log_info("SRQ limit reached: pool grown by %d to %u blocks (bound %u)", got,
-			    ss_pool_made(&s->rx), s->rx.max_blks);
-	} else {
-		/* At the bound: unread data leaves the pool (poll lock before connection locks). */
-		ss_cqs_for_each_conn(&s->dc->cqs, ss_conn_unpin);
-		s->unpins++;
-	}
-	srq_arm_limit(s);
+	srq_low(s);
 }
 
 uint32_t ss_srq_free_capacity(struct ss_srq *s)

@@ -12,6 +12,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "transport/conn.h"
 #include "transport/pool.h"
 
 struct ibv_srq;
@@ -20,8 +21,9 @@ struct ss_devctx;
 
 struct ss_srq_cfg {
 	uint32_t buf_size;
-	uint32_t initial;  /* receive blocks made at first, and the growth step */
-	uint32_t max_blks; /* bound of the receive pool */
+	uint32_t initial;       /* receive blocks made at first, and the growth step */
+	uint32_t max_blks;      /* bound of the receive pool */
+	uint32_t test_rearm_ms; /* ss_transport_cfg's */
 };
 
 struct ss_srq_stats {
@@ -37,8 +39,10 @@ struct ss_srq {
 	struct ss_cq *rcq; /* our reservation in the device's receive CQs */
 	struct ss_pool rx;
 	atomic_uint posted;    /* receives on the SRQ */
-	uint32_t limit;        /* the SRQ limit last armed (0: not armed) */
+	uint32_t low_mark;     /* the SRQ limit it arms: below it the pool is low */
 	atomic_uint peak_held; /* most blocks held by connections at once */
+	struct ss_defer low;   /* the pool ran low, seen by a completion (ss_srq_taken) */
+	atomic_bool low_queued;
 	/* progress thread only */
 	uint64_t limit_events;
 	uint64_t unpins;
@@ -50,7 +54,10 @@ int ss_srq_create(struct ss_devctx *dc, const struct ss_srq_cfg *cfg, struct ss_
 /* Puts receive blocks back on the SRQ: a chain linked by next (NULL-terminated). */
 void ss_srq_repost(struct ss_srq *s, struct ss_blk *chain);
 
-/* n receives of the SRQ completed (taken off it). */
+/*
+ * n receives of the SRQ completed (taken off it); any thread. Below the
+ * low mark it queues what the limit event does, for the progress thread.
+ */
 void ss_srq_taken(struct ss_srq *s, uint32_t n);
 
 /*

@@ -213,6 +213,7 @@ int ss_worker_devctx_pools(struct ss_worker *w, struct ss_devctx *dc,
 			.buf_size = cfg->buf_size,
 			.initial = cfg->srq_initial,
 			.max_blks = cfg->srq_max,
+			.test_rearm_ms = cfg->test_rearm_ms,
 		};
 		ret = ss_srq_create(dc, &sc, &srq);
 		if (ret) /* (the pool's QPs go on the SRQ) */
