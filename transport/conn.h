@@ -171,7 +171,8 @@ struct ss_worker_stats {
 	uint32_t srq_max;          /* its bound, */
 	uint32_t srq_posted;       /* blocks posted on the SRQ now, */
 	uint32_t srq_peak_held;    /* and the most held by connections at once */
-	uint64_t srq_limit_events; /* SRQ limit events (each grew the pool unless at the bound) */
+	uint64_t srq_limit_events; /* SRQ limit events (each grew the pool unless at the bound; a
+				      completion that sees it low does that too, uncounted) */
 	uint32_t qp_ready;         /* ready QPs in the pool now (qpool.h) */
 	uint32_t rq_kept;          /* private receive pools kept from closed connections (pool.h) */
 	uint64_t qp_taken;         /* connections that took a ready QP, */

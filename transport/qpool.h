@@ -10,7 +10,7 @@
  * the pool itself lives as long as its device context (the process).
  *
  * Locking: the pool's lock is never held across a verbs call; under it only the
- * leaf tasks_lock is taken (to queue a refill). ss_qpool_take may be called by
+ * leaf tasks_lock is taken (to queue a refill). ss_qpool_get may be called by
  * any thread; the refill runs on the
  * progress thread only (deferred work).
  */
@@ -32,7 +32,7 @@
  */
 static inline struct ss_qp_caps ss_qpool_caps(const struct ss_transport_cfg *cfg)
 {
-	uint32_t rq_depth = cfg->recv_mode == SS_RECV_RQ ? cfg->rx_window + cfg->ctrl_reserve : 0;
+	uint32_t rq_depth = cfg->recv_mode == SS_RECV_SRQ ? 0 : cfg->rx_window + cfg->ctrl_reserve;
 
 	return (struct ss_qp_caps){cfg->sq_depth, rq_depth, cfg->max_inline};
 }

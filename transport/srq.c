@@ -37,15 +37,21 @@ static int srq_post_blocks(struct ss_srq *s, struct ss_blk *head)
 		 * post. */
 		for (uint32_t i = 0; i < n; i++)
 			ss_handoff_post((void *)(uintptr_t)wr[i].wr_id);
+		/* Counted first: another thread may take a completion of one before the call
+		 * returns.
+		 */
+		atomic_fetch_add_explicit(&s->posted, n, memory_order_seq_cst);
 		ret = ibv_post_srq_recv(s->srq, wr, &bad);
 		if (ret) {
+			uint32_t back = 0;
+
 			/* Never expected (the SRQ holds every block): those from bad on go back. */
 			ss_log_error("ibv_post_srq_recv: %s", strerror(ret));
-			for (struct ibv_recv_wr *w = bad; w; w = w->next, n--)
+			for (struct ibv_recv_wr *w = bad; w; w = w->next, back++)
 				ss_pool_put(&s->rx, (struct ss_blk *)(uintptr_t)w->wr_id);
+			atomic_fetch_sub_explicit(&s->posted, back, memory_order_seq_cst);
 			ret = -ret;
 		}
-		atomic_fetch_add_explicit(&s->posted, n, memory_order_relaxed);
 	}
 	return ret;
 }
@@ -109,7 +115,7 @@ static void srq_low_deferred(struct ss_defer *d)
 	struct ss_srq *s = (struct ss_srq *)((char *)d - offsetof(struct ss_srq, low));
 
 	atomic_store(&s->low_queued, false);
-	if (atomic_load_explicit(&s->posted, memory_order_relaxed) < s->low_mark)
+	if (atomic_load(&s->posted) < s->low_mark)
 		srq_low(s);
 }
 
@@ -171,7 +177,8 @@ err_free:
 
 void ss_srq_taken(struct ss_srq *s, uint32_t n)
 {
-	uint32_t posted = atomic_fetch_sub_explicit(&s->posted, n, memory_order_relaxed) - n;
+	/* seq_cst with low_queued: the deferred work clears it, then reads posted. */
+	uint32_t posted = atomic_fetch_sub_explicit(&s->posted, n, memory_order_seq_cst) - n;
 	uint32_t held = ss_pool_made(&s->rx) - posted;
 	uint32_t peak = atomic_load_explicit(&s->peak_held, memory_order_relaxed);
 
@@ -186,7 +193,9 @@ void ss_srq_taken(struct ss_srq *s, uint32_t n)
 	 * readers that do not read could hold the whole pool for good, with
 	 * nothing posted (tests/e2e/many.sh's stress stalled so, its server
 	 * in a blocking read of a connection whose first message could not
-	 * land). So the completions that leave it low ask too.
+	 * land). So the completions that leave it low ask too. An event and
+	 * a completion may both answer one dip: the pool then grows by two
+	 * steps (within its bound), or the second unpin finds less to copy.
 	 */
 	if (posted < s->low_mark && !atomic_exchange(&s->low_queued, true))
 		ss_worker_defer(s->dc->cqs.w, &s->low);

@@ -1,8 +1,8 @@
 /*
  * SRQ mode's shared receive side, one per worker and device: an SRQ fed
- * from a registered receive pool that grows on the SRQ limit event up to a
- * bound, with its receive completions in one CQ of the device's shared set
- * (cq.h) that holds an entry for every block of the pool.
+ * from a registered receive pool that grows when it runs low (the SRQ
+ * limit event, or a completion that sees it low) up to a bound, with its receive completions in one
+ * CQ of the device's shared set (cq.h) that holds an entry for every block of the pool.
  */
 #ifndef SS_TRANSPORT_SRQ_H
 #define SS_TRANSPORT_SRQ_H
@@ -29,7 +29,7 @@ struct ss_srq_cfg {
 struct ss_srq_stats {
 	uint32_t pool_blks, pool_max, peak_held, posted;
 	uint64_t limit_events, reg_bytes;
-	uint64_t unpins; /* limit events at the bound: unread blocks copied out */
+	uint64_t unpins; /* low pools at the bound: unread blocks copied out */
 };
 
 struct ss_srq {
