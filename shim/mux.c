@@ -260,6 +260,7 @@ static int poll_once(struct pollfd *fds, nfds_t n, int timeout_ms, const sigset_
 	bool moving = false; /* a socket on its way back to TCP: its fd changes object soon */
 
 	*handled = false;
+	*moved = false; /* (also when it returns early: the caller reads it) */
 	if (!ss_wait_has_transport() || n == 0)
 		return 0;
 	pc.socks = n <= POLL_STACK ? stack : calloc(2 * n, sizeof(*pc.socks));
