@@ -17,6 +17,14 @@ static void qpool_unreserve(struct ss_devctx *dc, const struct ss_qp_caps *caps,
 	ss_cqs_unreserve(&dc->cqs, e->rcq, caps->rq_depth);
 }
 
+/* Undoes a qpool_make that succeeded: destroys *e's QP, gives back its reservations. */
+static void qpool_unmake(struct ss_devctx *dc, const struct ss_qp_caps *caps,
+			 struct ss_qpool_ent *e)
+{
+	ibv_destroy_qp(e->qp);
+	qpool_unreserve(dc, caps, e);
+}
+
 /*
  * Makes a QP of dc with caps (its CQ reservations, the QP on the SRQ when
  * caps.rq_depth is 0, context as its qp_context, INIT) into *e. Returns 0
@@ -42,9 +50,9 @@ static int qpool_make(struct ss_devctx *dc, const struct ss_qp_caps *caps, void 
 				      srq ? srq->srq : NULL, caps, context, &e->qp);
 	if (ret == 0) {
 		ret = ss_qp_init(e->qp, dc->dev);
-		if (ret == 0)
-			return 0;
-		ibv_destroy_qp(e->qp);
+		if (ret != 0)
+			qpool_unmake(dc, caps, e);
+		return ret;
 	}
 	qpool_unreserve(dc, caps, e);
 	return ret;
@@ -145,9 +153,7 @@ int ss_qpool_get(struct ss_devctx *dc, const struct ss_qp_caps *caps, struct ss_
 			return ret;
 	}
 	ret = ss_cqs_attach(&dc->cqs, e->qp, c);
-	if (ret) {
-		ibv_destroy_qp(e->qp);
-		qpool_unreserve(dc, caps, e);
-	}
+	if (ret)
+		qpool_unmake(dc, caps, e);
 	return ret;
 }
