@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Reliability: 1 GiB each way at once through one upgraded connection per
+# Reliability: 256 MiB each way at once (SRQSHIM_BULK_BYTES; 1 GiB until
+# 2026-12-04, cut for the suite's time) through one upgraded connection per
 # mode, random write and read sizes, through a receive pool small enough that
 # the sender meets RNR retries (srq: a pool of 8 blocks, at most 16, against a
 # send window of 16) and runs out of credits (both modes: hard credit
@@ -11,7 +12,7 @@
 . "$(dirname "$0")/lib.sh"
 need_rdma
 
-bytes=${SRQSHIM_BULK_BYTES:-$((1 << 30))}
+bytes=${SRQSHIM_BULK_BYTES:-$((1 << 28))}
 
 port=9500
 for mode in srq rq; do

@@ -7,7 +7,7 @@
 need_rdma
 
 # A receive window of 4 buffers (private RQ) or a send window of 4 (SRQ): credits run dry constantly. The blocking
-# style uses 8 KiB buffers, the others 1 KiB buffers (bulk.sh moves 1 GiB each way).
+# style uses 8 KiB buffers, the others 1 KiB buffers (bulk.sh moves 256 MiB each way).
 # block-late and block-swap: the blocking style again, with the server's
 # writer thread deciding the connection while its reader waits for the
 # client's first bytes (io_wait_first_bytes, docs/design.md): block-late makes
