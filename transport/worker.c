@@ -272,10 +272,9 @@ void ss_worker_publish(struct ss_worker *w, struct ss_worker_stats *pub)
 }
 
 /* Refreshes the published statistics once a second; returns the epoll timeout until the next. */
-static int refresh_stats(struct ss_worker *w)
+static int refresh_stats(struct ss_worker *w, uint64_t now)
 {
 	struct ss_worker_stats *pub = atomic_load_explicit(&w->pub, memory_order_acquire), st;
-	uint64_t now = ss_now_ms();
 
 	if (!pub)
 		return -1;
@@ -510,10 +509,10 @@ static void drain_async(struct ss_devctx *dc)
 	}
 }
 
-/* Runs due timers; returns the epoll timeout until the next one (-1: none). */
-static int run_timers(struct ss_worker *w)
+/* Runs timers due at now; returns the epoll timeout until the next one (-1: none). */
+static int run_timers(struct ss_worker *w, uint64_t now)
 {
-	uint64_t now = ss_now_ms(), next;
+	uint64_t next;
 	struct ss_timer *t;
 
 	for (;;) {
@@ -530,10 +529,10 @@ static int run_timers(struct ss_worker *w)
 }
 
 /* Frees buried connections whose time has come; returns the epoll timeout until the next. */
-static int free_graveyard(struct ss_worker *w)
+static int free_graveyard(struct ss_worker *w, uint64_t now)
 {
 	struct ss_conn *c, *next, *keep = NULL;
-	uint64_t now = ss_now_ms(), first = UINT64_MAX;
+	uint64_t first = UINT64_MAX;
 
 	pthread_mutex_lock(&w->tasks_lock);
 	c = w->graveyard;
@@ -619,9 +618,16 @@ static void *progress_main(void *arg)
 			}
 		}
 		run_deferred(w);
-		int t_free = free_graveyard(w), t_pub = refresh_stats(w);
+		/*
+		 * One clock reading per pass for all three: it may be a system
+		 * call (a guest's HPET clock), and the thread passes here at
+		 * every wake-up. A timer armed by a callback of this pass is
+		 * due later than now (its callers read the clock afresh).
+		 */
+		uint64_t now = ss_now_ms();
+		int t_free = free_graveyard(w, now), t_pub = refresh_stats(w, now);
 
-		timeout = run_timers(w);
+		timeout = run_timers(w, now);
 		if (t_free >= 0 && (timeout < 0 || t_free < timeout))
 			timeout = t_free;
 		if (t_pub >= 0 && (timeout < 0 || t_pub < timeout))
