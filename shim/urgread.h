@@ -1,0 +1,32 @@
+/*
+ * Reading a TCP socket whose peer may cut its byte stream with TCP's
+ * urgent mark (docs/design.md, "Planned: connections that start on TCP").
+ * Linux's recv stops at a mark but a later recv skips it silently, so the
+ * bytes are peeked first and only the bytes the peek saw are taken.
+ * Callers serialise the reads of one socket (the peek and the take belong
+ * together) and wait themselves (POLLIN | POLLPRI): nothing here blocks.
+ */
+#ifndef SS_SHIM_URGREAD_H
+#define SS_SHIM_URGREAD_H
+#include <stdbool.h>
+#include <stddef.h>
+#include <sys/types.h>
+
+/* What a read found. */
+enum ss_urg_result {
+	SS_URG_BYTES,   /* bytes before any mark (a count of 0: the peer's end of stream) */
+	SS_URG_AT_MARK, /* the peer's mark is at the head: nothing was taken */
+};
+
+/*
+ * Reads at most len bytes that come before the peer's mark into buf.
+ * switching: this side sent its own mark, so the peer's may come with
+ * bytes behind it (otherwise it comes alone). flags: MSG_PEEK only peeks;
+ * other recv flags but MSG_WAITALL pass through. Returns an ss_urg_result
+ * (the count in *got_p), -EAGAIN when nothing is there, or -errno.
+ */
+int ss_urg_recv(int fd, void *buf, size_t len, int flags, bool switching, size_t *got_p);
+
+/* Test only (tests/test_urgread.c): runs between the peek and the take. */
+extern void (*ss_urg_between_hook)(int fd);
+#endif
