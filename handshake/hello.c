@@ -77,7 +77,8 @@ static int body_len(uint8_t type)
 	case SS_MSG_ACK:
 	case SS_MSG_READY:
 	case SS_MSG_SWITCH:
-	case SS_MSG_LOST: return 0;
+	case SS_MSG_LOST:
+	case SS_MSG_LATER: return 0;
 	default: return -1;
 	}
 }

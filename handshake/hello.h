@@ -27,6 +27,8 @@ enum ss_msg_type {
 	SS_MSG_RETURN = 7, /* your bytes I received and never read; `count` stream bytes follow */
 	/* The move when RDMA does not work (section 4), either way, after READY: */
 	SS_MSG_LOST = 8, /* "my RDMA path is gone: my stream goes on over TCP from what you got" */
+	/* Connections that start on TCP (section 5): */
+	SS_MSG_LATER = 9, /* server -> client, to a HELLO with SS_CAP_LATE: "on TCP for now" */
 };
 
 /* The most stream bytes a RETURN may announce (more is malformed). */
@@ -42,6 +44,7 @@ enum {
 	SS_CAP_DATA_V1 = 1u << 0, /* the data protocol of docs/protocol.md, version 1 */
 	SS_CAP_SWITCH = 1u << 1,  /* the live downgrade of docs/protocol.md, section 4 */
 	SS_CAP_LOST = 1u << 2,    /* its move when RDMA does not work (RETURN says `received`) */
+	SS_CAP_LATE = 1u << 3,    /* may start on TCP and move at the urgent mark (section 5) */
 };
 
 /* A side's transport parameters, as carried in HELLO and ACCEPT. */

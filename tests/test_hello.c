@@ -69,7 +69,7 @@ static const struct decode_case decode_cases[] = {
 	{"last magic byte wrong", {{7, 1, {0xa4}}}, 0, {0}, -1, SS_DEC_FOREIGN},
 	{"version 0", {{8, 1, {0}}}, 0, {0}, -1, SS_DEC_UNSUPPORTED},
 	{"newer version, v1 layout", {{8, 1, {7}}}, 0, {0}, -1, SS_DEC_OK, 64},
-	{"unknown type", {{9, 1, {9}}}, 0, {0}, -1, SS_DEC_MALFORMED},
+	{"unknown type", {{9, 1, {10}}}, 0, {0}, -1, SS_DEC_MALFORMED},
 	{"type 0", {{9, 1, {0}}}, 0, {0}, -1, SS_DEC_MALFORMED},
 	{"length below the header", {{10, 2, {0, 8}}}, 0, {0}, -1, SS_DEC_MALFORMED},
 	{"length below the body", {{10, 2, {0, 63}}}, 0, {0}, -1, SS_DEC_MALFORMED},
@@ -148,8 +148,9 @@ static void test_round_trip_every_type(void **state)
 		 .count = 3,
 		 .has_received = true,
 		 .received = 0x0102030405060708ull},
+		{.type = SS_MSG_LATER, .nonce = 9},
 	};
-	static const int lens[] = {64, 16, 64, 20, 16, 16, 24, 16, 36};
+	static const int lens[] = {64, 16, 64, 20, 16, 16, 24, 16, 36, 16};
 
 	(void)state;
 	for (size_t i = 0; i < sizeof(lens) / sizeof(lens[0]); i++) {
