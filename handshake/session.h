@@ -18,6 +18,7 @@ struct ss_hs_io {
 	ssize_t (*send)(int fd, const void *buf, size_t len, int flags);
 	ssize_t (*recv)(int fd, void *buf, size_t len, int flags);
 	int (*poll)(struct pollfd *fds, nfds_t n, int timeout);
+	int (*ioctl)(int fd, unsigned long req, int *arg); /* SIOCATMARK (urgread.c) */
 };
 
 enum ss_hs_read_result {

@@ -36,7 +36,13 @@ static int decide_real_poll(struct pollfd *p, nfds_t n, int t)
 	return ss_real.poll(p, n, t);
 }
 
-const struct ss_hs_io ss_real_io = {decide_real_send, decide_real_recv, decide_real_poll};
+static int decide_real_ioctl(int fd, unsigned long req, int *arg)
+{
+	return ss_real.ioctl(fd, req, arg);
+}
+
+const struct ss_hs_io ss_real_io = {decide_real_send, decide_real_recv, decide_real_poll,
+				    decide_real_ioctl};
 
 uint64_t ss_deadline_in(int ms)
 {

@@ -1,5 +1,5 @@
 /*
- * shim/urgread.c on loopback TCP, no device: a read never takes a byte
+ * handshake/urgread.c on loopback TCP, no device: a read never takes a byte
  * from behind the peer's urgent mark and never loses the mark, whatever
  * comes when (the rules of docs/design.md, "Planned: connections that
  * start on TCP"). Each row: what the peer sends, then the reads and what
@@ -21,10 +21,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "shim/real.h"
-#include "shim/urgread.h"
-
-struct ss_real ss_real;
+#include "handshake/urgread.h"
+#include "tests/tcp_loop.h"
 
 enum act_kind { ACT_END, ACT_DATA, ACT_URG, ACT_SHUT };
 struct act {
@@ -138,24 +136,6 @@ static void between_hook(int fd)
 	}
 }
 
-static void tcp_pair(int *a, int *b)
-{
-	struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-	socklen_t sl = sizeof(sa);
-	int one = 1, l = socket(AF_INET, SOCK_STREAM, 0);
-
-	assert_true(l >= 0);
-	assert_int_equal(bind(l, (struct sockaddr *)&sa, sl), 0);
-	assert_int_equal(listen(l, 1), 0);
-	assert_int_equal(getsockname(l, (struct sockaddr *)&sa, &sl), 0);
-	*a = socket(AF_INET, SOCK_STREAM, 0);
-	assert_int_equal(connect(*a, (struct sockaddr *)&sa, sl), 0);
-	*b = accept(l, NULL, NULL);
-	assert_true(*b >= 0);
-	close(l);
-	setsockopt(*a, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-}
-
 static void run_step(const struct row *r, int i, int fd)
 {
 	const struct step *st = &r->steps[i];
@@ -171,8 +151,8 @@ static void run_step(const struct row *r, int i, int fd)
 				 st->bytes ? st->bytes : "");
 		return;
 	}
-	int ret = ss_urg_recv(fd, buf, st->len ? st->len : sizeof(buf), st->flags, st->switching,
-			      &got);
+	int ret = ss_urg_recv(&tcp_loop_io, fd, buf, st->len ? st->len : sizeof(buf), st->flags,
+			      st->switching, &got);
 
 	if (ret != st->ret)
 		fail_msg("%s, step %d: ss_urg_recv gave %d (%.*s), not %d", r->name, i, ret,
@@ -185,13 +165,11 @@ static void run_step(const struct row *r, int i, int fd)
 static void test_rows(void **state)
 {
 	(void)state;
-	ss_real.recv = recv;
-	ss_real.ioctl = ioctl;
 	ss_urg_between_hook = between_hook;
 	for (size_t r = 0; r < sizeof(rows) / sizeof(rows[0]); r++) {
 		int me;
 
-		tcp_pair(&peer_fd, &me);
+		tcp_loop_pair(&peer_fd, &me);
 		run_acts(peer_fd, rows[r].before);
 		pending_between = rows[r].between[0].kind != ACT_END ? rows[r].between : NULL;
 		for (int i = 0; rows[r].steps[i].kind != STEP_END; i++)

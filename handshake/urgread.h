@@ -6,11 +6,13 @@
  * Callers serialise the reads of one socket (the peek and the take belong
  * together) and wait themselves (POLLIN | POLLPRI): nothing here blocks.
  */
-#ifndef SS_SHIM_URGREAD_H
-#define SS_SHIM_URGREAD_H
+#ifndef SS_HANDSHAKE_URGREAD_H
+#define SS_HANDSHAKE_URGREAD_H
 #include <stdbool.h>
 #include <stddef.h>
 #include <sys/types.h>
+
+#include "handshake/session.h"
 
 /* What a read found. */
 enum ss_urg_result {
@@ -19,13 +21,15 @@ enum ss_urg_result {
 };
 
 /*
- * Reads at most len bytes that come before the peer's mark into buf.
+ * Reads at most len bytes of fd that come before the peer's mark into buf,
+ * with io's functions.
  * switching: this side sent its own mark, so the peer's may come with
  * bytes behind it (otherwise it comes alone). flags: MSG_PEEK only peeks;
  * other recv flags but MSG_WAITALL pass through. Returns an ss_urg_result
  * (the count in *got_p), -EAGAIN when nothing is there, or -errno.
  */
-int ss_urg_recv(int fd, void *buf, size_t len, int flags, bool switching, size_t *got_p);
+int ss_urg_recv(const struct ss_hs_io *io, int fd, void *buf, size_t len, int flags, bool switching,
+		size_t *got_p);
 
 /* Test only (tests/test_urgread.c): runs between the peek and the take. */
 extern void (*ss_urg_between_hook)(int fd);

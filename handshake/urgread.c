@@ -1,26 +1,25 @@
 /* Reads that never cross a peer's urgent mark (urgread.h). */
-#include "shim/urgread.h"
+#include "handshake/urgread.h"
 
 #include <errno.h>
 #include <sys/ioctl.h>
 #include <sys/socket.h>
 
-#include "shim/real.h"
-
 void (*ss_urg_between_hook)(int fd);
 
 /* 1 when the peer's mark is at the head of fd's stream, 0 when not, -errno. */
-static int urg_at_mark(int fd)
+static int urg_at_mark(const struct ss_hs_io *io, int fd)
 {
 	int at = 0;
 
-	return ss_real.ioctl(fd, SIOCATMARK, &at) < 0 ? -errno : at != 0;
+	return io->ioctl(fd, SIOCATMARK, &at) < 0 ? -errno : at != 0;
 }
 
-int ss_urg_recv(int fd, void *buf, size_t len, int flags, bool switching, size_t *got_p)
+int ss_urg_recv(const struct ss_hs_io *io, int fd, void *buf, size_t len, int flags, bool switching,
+		size_t *got_p)
 {
 	int pass = flags & ~(MSG_PEEK | MSG_WAITALL | MSG_DONTWAIT);
-	ssize_t n = ss_real.recv(fd, buf, len, pass | MSG_PEEK | MSG_DONTWAIT);
+	ssize_t n = io->recv(fd, buf, len, pass | MSG_PEEK | MSG_DONTWAIT);
 	int at;
 
 	if (n < 0 && errno != EAGAIN)
@@ -32,7 +31,7 @@ int ss_urg_recv(int fd, void *buf, size_t len, int flags, bool switching, size_t
 	 * decides. A mark that came after the peek lies behind its bytes.
 	 */
 	if (n <= 0 || switching) {
-		at = urg_at_mark(fd);
+		at = urg_at_mark(io, fd);
 		if (at < 0)
 			return at;
 		if (at)
@@ -45,7 +44,7 @@ int ss_urg_recv(int fd, void *buf, size_t len, int flags, bool switching, size_t
 			ss_urg_between_hook(fd);
 		/* What the peek saw, from the same head: it has bytes before any mark, so it stops
 		 * there. */
-		n = ss_real.recv(fd, buf, (size_t)n, pass | MSG_DONTWAIT);
+		n = io->recv(fd, buf, (size_t)n, pass | MSG_DONTWAIT);
 		if (n < 0)
 			return -errno;
 	}

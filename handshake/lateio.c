@@ -1,0 +1,275 @@
+/* The move of a connection that started on TCP, over its TCP fd (lateio.h). */
+#include "handshake/lateio.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+
+#include "handshake/urgread.h"
+
+/* Room made in the taken buffer before each read into it. */
+#define LATEIO_TAKE_CHUNK 16384u
+
+void ss_lateio_init(struct ss_lateio *x, const struct ss_hs_io *io, int fd, bool client,
+		    uint32_t nonce, const struct ss_late_hooks *hooks, void *ctx)
+{
+	*x = (struct ss_lateio){.rules = ss_late_init(client),
+				.io = io,
+				.hooks = hooks,
+				.ctx = ctx,
+				.fd = fd,
+				.nonce = nonce};
+}
+
+void ss_lateio_free(struct ss_lateio *x)
+{
+	free(x->taken);
+	x->taken = NULL;
+	x->taken_off = x->taken_len = x->taken_cap = 0;
+}
+
+bool ss_lateio_owes(const struct ss_lateio *x)
+{
+	return x->mark_owed || x->out_len > 0;
+}
+
+/* Puts a message of the move behind what is owed. */
+static void lateio_queue(struct ss_lateio *x, enum ss_msg_type type, const struct ss_params *p)
+{
+	struct ss_msg m = {.type = type, .nonce = x->nonce, .reason = x->rules.reason};
+	int n;
+
+	if (p)
+		m.params = *p;
+	/* Room for the two longest messages a side ever owes; params were checked. */
+	n = ss_msg_encode(&m, x->out + x->out_len, sizeof(x->out) - x->out_len);
+	if (n > 0)
+		x->out_len += (size_t)n;
+}
+
+/* Answers an action that needs a decision (PREPARE, DECIDE, CHECK) through the hooks. */
+static unsigned lateio_decide(struct ss_lateio *x, unsigned acts, const struct ss_msg *peer,
+			      struct ss_params *mine)
+{
+	struct ss_msg probe = {.type = SS_MSG_HELLO};
+	uint8_t tmp[SS_HELLO_MAX_LEN];
+	enum ss_reason r;
+
+	if (acts & SS_LATE_A_PREPARE)
+		r = x->hooks->prepare(x->ctx, mine);
+	else if (acts & SS_LATE_A_DECIDE)
+		r = x->hooks->decide(x->ctx, peer, mine);
+	else
+		r = x->hooks->check(x->ctx, peer);
+	/* Parameters that cannot be sent are the hook's failure: a DECLINE goes instead. */
+	probe.params = *mine;
+	if (r == SS_REASON_NONE && !(acts & SS_LATE_A_CHECK) &&
+	    ss_msg_encode(&probe, tmp, sizeof(tmp)) < 0)
+		r = SS_REASON_PARAMS;
+	if (r != SS_REASON_NONE)
+		return ss_late_step(&x->rules, SS_LATE_EV_NO, (uint16_t)r);
+	if (acts & SS_LATE_A_PREPARE)
+		lateio_queue(x, SS_MSG_HELLO, mine);
+	return ss_late_step(&x->rules, SS_LATE_EV_YES, 0);
+}
+
+/* Does what the rules asked; peer: the message that made them ask. */
+static void lateio_act(struct ss_lateio *x, unsigned acts, const struct ss_msg *peer)
+{
+	struct ss_params mine = {0};
+
+	if (acts & SS_LATE_A_MARK)
+		x->mark_owed = true;
+	if (acts & (SS_LATE_A_PREPARE | SS_LATE_A_DECIDE | SS_LATE_A_CHECK)) {
+		unsigned next = lateio_decide(x, acts, peer, &mine);
+
+		if (next & SS_LATE_A_ACCEPT)
+			lateio_queue(x, SS_MSG_ACCEPT, &mine);
+		lateio_act(x, next & ~SS_LATE_A_ACCEPT, NULL);
+	}
+	if (acts & SS_LATE_A_READY)
+		lateio_queue(x, SS_MSG_READY, NULL);
+	if (acts & SS_LATE_A_DECLINE)
+		lateio_queue(x, SS_MSG_DECLINE, NULL);
+}
+
+static void lateio_event(struct ss_lateio *x, enum ss_late_event ev, const struct ss_msg *peer)
+{
+	lateio_act(x, ss_late_step(&x->rules, ev, 0), peer);
+}
+
+/* Sends our mark, then the messages behind it, as far as the socket takes them. */
+static int lateio_flush(struct ss_lateio *x)
+{
+	const int f = MSG_DONTWAIT | MSG_NOSIGNAL;
+	ssize_t n;
+
+	if (x->mark_owed) {
+		n = x->io->send(x->fd, "!", 1, f | MSG_OOB);
+		if (n < 0)
+			return errno == EAGAIN || errno == EINTR ? 0 : -errno;
+		x->mark_owed = false;
+	}
+	while (x->out_len) {
+		n = x->io->send(x->fd, x->out, x->out_len, f);
+		if (n < 0)
+			return errno == EAGAIN || errno == EINTR ? 0 : -errno;
+		memmove(x->out, x->out + n, x->out_len - (size_t)n);
+		x->out_len -= (size_t)n;
+	}
+	return 0;
+}
+
+/* Room for LATEIO_TAKE_CHUNK more taken bytes. Returns 0 or -ENOMEM. */
+static int lateio_room(struct ss_lateio *x)
+{
+	size_t need = x->taken_len + LATEIO_TAKE_CHUNK;
+	uint8_t *t;
+
+	if (x->taken_off) {
+		memmove(x->taken, x->taken + x->taken_off, x->taken_len);
+		x->taken_off = 0;
+	}
+	if (need <= x->taken_cap)
+		return 0;
+	t = realloc(x->taken, need);
+	if (!t)
+		return -ENOMEM;
+	x->taken = t;
+	x->taken_cap = need;
+	return 0;
+}
+
+/* Takes the peer's bytes off TCP up to its mark (or its end). Returns 0 or -errno. */
+static int lateio_take(struct ss_lateio *x)
+{
+	for (;;) {
+		size_t got = 0;
+		int r = lateio_room(x);
+
+		if (r == 0)
+			r = ss_urg_recv(x->io, x->fd, x->taken + x->taken_len,
+					x->taken_cap - x->taken_len, 0,
+					x->rules.state == SS_LATE_MARKED, &got);
+		if (r == -EAGAIN)
+			return 0;
+		if (r == SS_URG_AT_MARK) {
+			lateio_event(x, SS_LATE_EV_PEER_MARK, NULL);
+			return 0;
+		}
+		if (r < 0 || got == 0) {
+			/* The peer's end (or a failed connection): the move ends on TCP. */
+			x->taken_eof = r == 0;
+			lateio_event(x, SS_LATE_EV_PEER_EOF, NULL);
+			return r < 0 ? r : 0;
+		}
+		x->taken_len += got;
+	}
+}
+
+/* True when the peer's lone mark is on its way to us (the socket shows POLLPRI). */
+static bool lateio_mark_coming(const struct ss_lateio *x)
+{
+	struct pollfd p = {.fd = x->fd, .events = POLLPRI};
+
+	return x->io->poll(&p, 1, 0) > 0 && (p.revents & POLLPRI);
+}
+
+/* Reads the next message of the exchange, if it is there. */
+static void lateio_read_msg(struct ss_lateio *x)
+{
+	static const enum ss_late_event ev_of[] = {
+		[SS_MSG_HELLO] = SS_LATE_EV_HELLO,     [SS_MSG_ACCEPT] = SS_LATE_EV_ACCEPT,
+		[SS_MSG_DECLINE] = SS_LATE_EV_DECLINE, [SS_MSG_READY] = SS_LATE_EV_READY,
+		[SS_MSG_ACK] = SS_LATE_EV_OTHER,       [SS_MSG_SWITCH] = SS_LATE_EV_OTHER,
+		[SS_MSG_RETURN] = SS_LATE_EV_OTHER,    [SS_MSG_LOST] = SS_LATE_EV_OTHER,
+		[SS_MSG_LATER] = SS_LATE_EV_OTHER,
+	};
+	struct ss_msg m;
+
+	switch (ss_hs_read(x->io, x->fd, &m, 0, NULL)) {
+	case SS_HSR_MSG:
+		lateio_event(x, m.nonce == x->nonce ? ev_of[m.type] : SS_LATE_EV_OTHER, &m);
+		return;
+	case SS_HSR_FOREIGN:
+	case SS_HSR_BAD: lateio_event(x, SS_LATE_EV_OTHER, NULL); return;
+	case SS_HSR_EOF:
+	case SS_HSR_ERROR: lateio_event(x, SS_LATE_EV_PEER_EOF, NULL); return;
+	default: return; /* not there yet */
+	}
+}
+
+int ss_lateio_step(struct ss_lateio *x)
+{
+	for (;;) {
+		enum ss_late_state was = x->rules.state;
+		int r = lateio_flush(x);
+
+		if (r < 0)
+			return r;
+		switch (was) {
+		case SS_LATE_QUIET:
+			if (!lateio_mark_coming(x))
+				return 0;
+			r = lateio_take(x);
+			break;
+		case SS_LATE_MARKED: r = lateio_take(x); break;
+		case SS_LATE_C_WAIT_ANSWER:
+		case SS_LATE_S_WAIT_HELLO:
+		case SS_LATE_S_WAIT_READY: lateio_read_msg(x); break;
+		default: return lateio_flush(x); /* decided */
+		}
+		if (r < 0)
+			return r;
+		if (x->rules.state == was)
+			return lateio_flush(x);
+	}
+}
+
+int ss_lateio_event(struct ss_lateio *x, enum ss_late_event ev)
+{
+	lateio_event(x, ev, NULL);
+	return lateio_flush(x);
+}
+
+/* The application's read of taken bytes. */
+static size_t lateio_give(struct ss_lateio *x, void *buf, size_t len, int flags)
+{
+	size_t n = len < x->taken_len ? len : x->taken_len;
+
+	memcpy(buf, x->taken + x->taken_off, n);
+	if (!(flags & MSG_PEEK)) {
+		x->taken_off += n;
+		x->taken_len -= n;
+	}
+	return n;
+}
+
+int ss_lateio_read(struct ss_lateio *x, void *buf, size_t len, int flags, size_t *got_p)
+{
+	enum ss_late_state st = x->rules.state;
+	int r;
+
+	if (x->taken_len || x->taken_eof) {
+		*got_p = x->taken_len ? lateio_give(x, buf, len, flags) : 0;
+		return SS_LATEIO_BYTES;
+	}
+	if (st == SS_LATE_QUIET || st == SS_LATE_MARKED) {
+		r = ss_urg_recv(x->io, x->fd, buf, len, flags, st == SS_LATE_MARKED, got_p);
+		if (r == SS_URG_BYTES && *got_p == 0 && !(flags & MSG_PEEK))
+			lateio_event(x, SS_LATE_EV_PEER_EOF, NULL);
+		if (r != SS_URG_AT_MARK)
+			return r == -EAGAIN        ? SS_LATEIO_WAIT
+			       : r == SS_URG_BYTES ? SS_LATEIO_BYTES
+						   : r;
+		lateio_event(x, SS_LATE_EV_PEER_MARK, NULL);
+	}
+	r = ss_lateio_step(x);
+	if (r < 0)
+		return r;
+	st = x->rules.state;
+	return st == SS_LATE_RDMA || st == SS_LATE_TCP || st == SS_LATE_BROKEN ? SS_LATEIO_DECIDED
+									       : SS_LATEIO_WAIT;
+}

@@ -1,0 +1,86 @@
+/*
+ * The move of a connection that started on TCP, over its TCP fd
+ * (docs/protocol.md, section 5): the urgent marks, the handshake messages
+ * behind them, and the peer's bytes that came before its mark, taken off
+ * TCP when the application has not read them (they are read first, after
+ * the move too). The rules are late.c's; the decisions that need verbs
+ * are the caller's hooks. Nothing here blocks: a step does what the
+ * socket takes and the caller waits (POLLIN | POLLPRI, POLLOUT while
+ * ss_lateio_owes()) and steps again. Callers serialise the calls on one
+ * connection.
+ */
+#ifndef SS_HANDSHAKE_LATEIO_H
+#define SS_HANDSHAKE_LATEIO_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "handshake/hello.h"
+#include "handshake/late.h"
+#include "handshake/reason.h"
+#include "handshake/session.h"
+
+/* The decisions that need a QP; each returns SS_REASON_NONE or why not. */
+struct ss_late_hooks {
+	/* client, both marks: make a QP, fill *mine for the HELLO */
+	enum ss_reason (*prepare)(void *ctx, struct ss_params *mine);
+	/* server: check the client's HELLO, make a QP ready to receive, fill *mine for ACCEPT */
+	enum ss_reason (*decide)(void *ctx, const struct ss_msg *hello, struct ss_params *mine);
+	/* client: check the server's ACCEPT and connect the QP to it */
+	enum ss_reason (*check)(void *ctx, const struct ss_msg *accept);
+};
+
+struct ss_lateio {
+	struct ss_late rules;
+	const struct ss_hs_io *io;
+	const struct ss_late_hooks *hooks;
+	void *ctx;
+	int fd;
+	uint32_t nonce; /* the connection's first HELLO's: every message of the move carries it */
+	bool mark_owed; /* our urgent byte waits for room in the socket */
+	bool taken_eof; /* the peer's end of stream came behind the taken bytes */
+	uint8_t out[2 * SS_HELLO_MAX_LEN]; /* messages behind our mark, not sent yet */
+	size_t out_len;
+	uint8_t *taken; /* the peer's bytes before its mark that the application has not read */
+	size_t taken_off, taken_len, taken_cap;
+};
+
+void ss_lateio_init(struct ss_lateio *x, const struct ss_hs_io *io, int fd, bool client,
+		    uint32_t nonce, const struct ss_late_hooks *hooks, void *ctx);
+
+/* Frees what x holds (not the fd). */
+void ss_lateio_free(struct ss_lateio *x);
+
+/*
+ * This side wants to move (SS_LATE_EV_MOVE), must stay on TCP (_PIN), or
+ * its application shut its writing (_SHUT; the caller sends the FIN when
+ * the connection is not holding). Returns 0 or -errno.
+ */
+int ss_lateio_event(struct ss_lateio *x, enum ss_late_event ev);
+
+/*
+ * Moves the exchange on with what the socket has and takes: sends what is
+ * owed, takes the peer's bytes up to its mark once one is on its way
+ * (POLLPRI) or ours is sent, and reads the messages behind it. Returns 0
+ * or -errno (the connection failed).
+ */
+int ss_lateio_step(struct ss_lateio *x);
+
+/* True while our mark or messages wait for room (wait for POLLOUT). */
+bool ss_lateio_owes(const struct ss_lateio *x);
+
+/* What an application's read found. */
+enum ss_lateio_read {
+	SS_LATEIO_BYTES,   /* *got_p bytes (0: the peer's end of stream) */
+	SS_LATEIO_WAIT,    /* nothing for the application now */
+	SS_LATEIO_DECIDED, /* nothing taken is left and the move is decided: read its transport */
+};
+
+/*
+ * The application reads at most len bytes (flags: MSG_PEEK; others pass to
+ * recv). Returns an ss_lateio_read or -errno.
+ */
+int ss_lateio_read(struct ss_lateio *x, void *buf, size_t len, int flags, size_t *got_p);
+
+#endif

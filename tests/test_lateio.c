@@ -1,0 +1,345 @@
+/*
+ * handshake/lateio.c on loopback TCP, no device: two applications stream to
+ * each other while their connection moves (the QP is a buffer here), and
+ * each must read exactly what the other wrote, in order, whichever side
+ * moves when, whether it reads or not, declines, pins, shuts, or its peer's
+ * mark comes between a read's peek and its take.
+ */
+#include <errno.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "handshake/lateio.h"
+#include "handshake/urgread.h"
+#include "tests/tcp_loop.h"
+
+#define LIO_CHUNK  4096
+#define LIO_ROUNDS 20000
+#define LIO_BIG    300000
+
+enum lio_want { WANT_RDMA, WANT_TCP };
+
+struct lio_plan {
+	bool small;       /* writes 1000 bytes, else LIO_BIG; LIO_CHUNK a round */
+	bool lazy;        /* reads nothing until it has written everything */
+	bool shut;        /* shuts its writing once everything is written */
+	int move;         /* the round (from 1) it wants to move; 0 never */
+	int pin;          /* the round it is pinned; 0 never */
+	bool fail;        /* its PREPARE, DECIDE or CHECK fails */
+	int mark_in_read; /* from this round, the peer marks inside our next read; 0 never */
+};
+
+struct lio_case {
+	const char *what;
+	struct lio_plan plan[2]; /* [0] the client, [1] the server */
+	enum lio_want want;
+};
+
+struct lio_side {
+	const struct lio_plan *plan;
+	struct ss_lateio x;
+	int fd;
+	uint8_t *out; /* what the application writes */
+	size_t written;
+	uint8_t *in; /* what it read */
+	size_t in_len;
+	bool in_eof;
+	uint8_t *hold; /* its writes held during the move */
+	size_t hold_len;
+	bool shut_asked, fin_sent;
+	uint8_t *qp; /* what it sent over RDMA */
+	size_t qp_len, qp_read;
+	bool qp_eof;
+};
+
+static struct lio_side lio_sides[2];
+static int lio_marker = -1; /* the side whose mark goes inside the other's next read */
+
+static enum ss_reason lio_prepare(void *ctx, struct ss_params *mine)
+{
+	const struct lio_side *s = ctx;
+
+	*mine = (struct ss_params){.caps = SS_CAP_DATA_V1,
+				   .recv_mode = SS_RECV_SRQ,
+				   .mtu = 3,
+				   .sq_depth = 16,
+				   .qpn = 0x100 + (uint32_t)(s - lio_sides),
+				   .psn = 1,
+				   .buf_size = 8192,
+				   .window = 8};
+	return s->plan->fail ? SS_REASON_RESOURCE : SS_REASON_NONE;
+}
+
+static enum ss_reason lio_decide(void *ctx, const struct ss_msg *hello, struct ss_params *mine)
+{
+	const struct lio_side *s = ctx;
+
+	assert_int_equal(hello->params.qpn, 0x100);
+	lio_prepare(ctx, mine);
+	return s->plan->fail ? SS_REASON_GID_MISMATCH : SS_REASON_NONE;
+}
+
+static enum ss_reason lio_check(void *ctx, const struct ss_msg *accept)
+{
+	const struct lio_side *s = ctx;
+
+	assert_int_equal(accept->params.qpn, 0x101);
+	return s->plan->fail ? SS_REASON_PARAMS : SS_REASON_NONE;
+}
+
+static const struct ss_late_hooks lio_hooks = {lio_prepare, lio_decide, lio_check};
+
+/* The forced timing: the other side marks between this read's peek and its take. */
+static void lio_between(int fd)
+{
+	if (lio_marker >= 0 && lio_sides[lio_marker].fd != fd) {
+		struct lio_side *m = &lio_sides[lio_marker];
+
+		lio_marker = -1;
+		assert_int_equal(ss_lateio_event(&m->x, SS_LATE_EV_MOVE), 0);
+	}
+}
+
+static void lio_append(uint8_t *buf, size_t *len, const uint8_t *b, size_t n)
+{
+	memcpy(buf + *len, b, n);
+	*len += n;
+}
+
+static size_t lio_bytes(const struct lio_side *s)
+{
+	return s->plan->small ? 1000 : LIO_BIG;
+}
+
+static bool lio_decided(const struct lio_side *s)
+{
+	return s->x.rules.state == SS_LATE_TCP || s->x.rules.state == SS_LATE_RDMA;
+}
+
+/* The application writes its next chunk where the connection says. */
+static void lio_write(struct lio_side *s)
+{
+	size_t n = lio_bytes(s) - s->written;
+	const uint8_t *b = s->out + s->written;
+	ssize_t k;
+
+	if (n > LIO_CHUNK)
+		n = LIO_CHUNK;
+	if (n == 0)
+		return;
+	if (ss_late_holds(&s->x.rules) || s->hold_len || s->x.rules.state == SS_LATE_RDMA) {
+		lio_append(s->hold, &s->hold_len, b, n);
+		s->written += n;
+		return;
+	}
+	k = send(s->fd, b, n, MSG_DONTWAIT);
+	if (k < 0)
+		assert_int_equal(errno, EAGAIN);
+	else
+		s->written += (size_t)k;
+}
+
+/* What was held goes where the move decided, then the held end of stream. */
+static void lio_release(struct lio_side *s)
+{
+	if (s->x.rules.state == SS_LATE_RDMA) {
+		lio_append(s->qp, &s->qp_len, s->hold, s->hold_len);
+		s->hold_len = 0;
+		s->qp_eof = s->shut_asked;
+		return;
+	}
+	if (s->x.rules.state != SS_LATE_TCP && s->x.rules.state != SS_LATE_QUIET)
+		return;
+	if (ss_lateio_owes(&s->x))
+		return;
+	while (s->hold_len) {
+		ssize_t k = send(s->fd, s->hold, s->hold_len, MSG_DONTWAIT);
+
+		if (k < 0) {
+			assert_int_equal(errno, EAGAIN);
+			return;
+		}
+		memmove(s->hold, s->hold + k, s->hold_len - (size_t)k);
+		s->hold_len -= (size_t)k;
+	}
+	if (s->shut_asked && !s->fin_sent) {
+		assert_int_equal(shutdown(s->fd, SHUT_WR), 0);
+		s->fin_sent = true;
+	}
+}
+
+/* The application reads what there is. */
+static void lio_read(struct lio_side *s, const struct lio_side *peer)
+{
+	uint8_t buf[LIO_CHUNK];
+
+	while (!s->in_eof) {
+		size_t got = 0;
+		int r = ss_lateio_read(&s->x, buf, sizeof(buf), 0, &got);
+		ssize_t k;
+
+		assert_true(r >= 0);
+		if (r == SS_LATEIO_WAIT)
+			return;
+		if (r == SS_LATEIO_BYTES) {
+			lio_append(s->in, &s->in_len, buf, got);
+			s->in_eof = got == 0;
+			continue;
+		}
+		assert_int_not_equal(s->x.rules.state, SS_LATE_BROKEN);
+		if (s->x.rules.state == SS_LATE_RDMA) {
+			lio_append(s->in, &s->in_len, peer->qp + s->qp_read,
+				   peer->qp_len - s->qp_read);
+			s->qp_read = peer->qp_len;
+			s->in_eof = peer->qp_eof;
+			return;
+		}
+		k = recv(s->fd, buf, sizeof(buf), MSG_DONTWAIT);
+		if (k < 0 && errno == EAGAIN)
+			return;
+		assert_true(k >= 0);
+		lio_append(s->in, &s->in_len, buf, (size_t)k);
+		s->in_eof = k == 0;
+	}
+}
+
+static void lio_round(struct lio_side *s, struct lio_side *peer, int round)
+{
+	const struct lio_plan *p = s->plan;
+	bool done = s->written == lio_bytes(s);
+
+	if (round == p->move)
+		assert_int_equal(ss_lateio_event(&s->x, SS_LATE_EV_MOVE), 0);
+	if (round == p->pin)
+		assert_int_equal(ss_lateio_event(&s->x, SS_LATE_EV_PIN), 0);
+	if (round == p->mark_in_read)
+		lio_marker = (int)(peer - lio_sides);
+	lio_write(s);
+	if (done && p->shut && !s->shut_asked) {
+		s->shut_asked = true;
+		if (!lio_decided(s))
+			assert_int_equal(ss_lateio_event(&s->x, SS_LATE_EV_SHUT), 0);
+	}
+	assert_int_equal(ss_lateio_step(&s->x), 0);
+	lio_release(s);
+	if (!p->lazy || done)
+		lio_read(s, peer);
+}
+
+/* Everything written was read, nothing is held or owed. */
+static bool lio_quiet(const struct lio_side *s, const struct lio_side *peer)
+{
+	return s->written == lio_bytes(s) && !s->hold_len && !ss_lateio_owes(&s->x) &&
+	       peer->in_len == lio_bytes(s) && (!s->plan->shut || peer->in_eof);
+}
+
+static void lio_run(const struct lio_case *c)
+{
+	int fds[2], round;
+
+	tcp_loop_pair(&fds[0], &fds[1]);
+	for (int i = 0; i < 2; i++) {
+		struct lio_side *s = &lio_sides[i];
+		size_t n, peer_n = c->plan[1 - i].small ? 1000 : LIO_BIG;
+
+		*s = (struct lio_side){.plan = &c->plan[i], .fd = fds[i]};
+		n = lio_bytes(s);
+		s->out = malloc(n + 1);
+		s->in = malloc(peer_n + 1);
+		s->hold = malloc(n + 1);
+		s->qp = malloc(n + 1);
+		assert_true(s->out && s->in && s->hold && s->qp);
+		for (size_t k = 0; k < n; k++)
+			s->out[k] = (uint8_t)(k * 131 + (k >> 8) * 7 + (unsigned)i * 89);
+		ss_lateio_init(&s->x, &tcp_loop_io, fds[i], i == 0, 0xc0ffee, &lio_hooks, s);
+	}
+	lio_marker = -1;
+	for (round = 1; round <= LIO_ROUNDS; round++) {
+		lio_round(&lio_sides[0], &lio_sides[1], round);
+		lio_round(&lio_sides[1], &lio_sides[0], round);
+		if (lio_quiet(&lio_sides[0], &lio_sides[1]) &&
+		    lio_quiet(&lio_sides[1], &lio_sides[0]))
+			break;
+	}
+	for (int i = 0; i < 2; i++) {
+		struct lio_side *s = &lio_sides[i], *peer = &lio_sides[1 - i];
+		bool want_rdma = c->want == WANT_RDMA;
+
+		if (round > LIO_ROUNDS)
+			fail_msg("%s: side %d stuck in %s: wrote %zu of %zu, held %zu, peer read "
+				 "%zu",
+				 c->what, i, ss_late_state_str(s->x.rules.state), s->written,
+				 lio_bytes(s), s->hold_len, peer->in_len);
+		if (memcmp(peer->in, s->out, lio_bytes(s)) != 0)
+			fail_msg("%s: side %d's bytes arrived changed", c->what, i);
+		if ((s->x.rules.state == SS_LATE_RDMA) != want_rdma)
+			fail_msg("%s: side %d ended in %s", c->what, i,
+				 ss_late_state_str(s->x.rules.state));
+		if (peer->in_eof != s->plan->shut)
+			fail_msg("%s: side %d's end of stream %s", c->what, i,
+				 s->plan->shut ? "lost" : "made up");
+	}
+	if (lio_marker >= 0)
+		fail_msg("%s: no read had a window for the peer's mark", c->what);
+	for (int i = 0; i < 2; i++) {
+		struct lio_side *s = &lio_sides[i];
+
+		ss_lateio_free(&s->x);
+		free(s->out);
+		free(s->in);
+		free(s->hold);
+		free(s->qp);
+		close(s->fd);
+	}
+}
+
+/* clang-format off */
+static const struct lio_case lio_cases[] = {
+	{"the client moves", {{.move = 3}, {0}}, WANT_RDMA},
+	{"the server moves", {{0}, {.move = 3}}, WANT_RDMA},
+	{"both move in one round", {{.move = 3}, {.move = 3}}, WANT_RDMA},
+	{"the client moves before any byte", {{.move = 1}, {0}}, WANT_RDMA},
+	{"the client moves, the server reads nothing yet", {{.move = 3}, {.lazy = true}}, WANT_RDMA},
+	{"the server moves, the client reads nothing yet", {{.lazy = true}, {.move = 3}}, WANT_RDMA},
+	{"both read nothing yet, both move", {{.lazy = true, .move = 5}, {.lazy = true, .move = 9}},
+	 WANT_RDMA},
+	{"the server declines", {{.move = 3}, {.fail = true}}, WANT_TCP},
+	{"the client cannot make its QP", {{.move = 3, .fail = true}, {0}}, WANT_TCP},
+	{"the client finds the ACCEPT wrong", {{.fail = true}, {.move = 3}}, WANT_TCP},
+	{"the server is pinned", {{0}, {.pin = 2}}, WANT_TCP},
+	{"the client is pinned as the server moves", {{.pin = 2}, {.move = 2}}, WANT_TCP},
+	{"both shut, the client moves", {{.move = 3, .shut = true}, {.shut = true}}, WANT_RDMA},
+	{"the client shuts before the server moves", {{.small = true, .shut = true}, {.move = 5}},
+	 WANT_TCP},
+	{"the server's mark inside the client's read", {{.mark_in_read = 3}, {0}}, WANT_RDMA},
+	{"the client's mark inside the server's read", {{0}, {.mark_in_read = 3}}, WANT_RDMA},
+	{"the server's own mark inside the client's take after the client's",
+	 {{.lazy = true, .move = 3, .mark_in_read = 3}, {.lazy = true}}, WANT_RDMA},
+	{"the client's own mark inside the server's take after the server's",
+	 {{.lazy = true}, {.lazy = true, .move = 3, .mark_in_read = 3}}, WANT_RDMA},
+};
+/* clang-format on */
+
+static void test_lateio_cases(void **state)
+{
+	(void)state;
+	ss_urg_between_hook = lio_between;
+	for (size_t i = 0; i < sizeof(lio_cases) / sizeof(lio_cases[0]); i++)
+		lio_run(&lio_cases[i]);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {cmocka_unit_test(test_lateio_cases)};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
