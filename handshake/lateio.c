@@ -11,6 +11,11 @@
 
 /* Room made in the taken buffer before each read into it. */
 #define LATEIO_TAKE_CHUNK 16384u
+/*
+ * The most taken bytes a connection keeps: beyond, taking stops until the
+ * application reads, and TCP's window holds the peer back as it would.
+ */
+#define LATEIO_TAKE_MAX (4u << 20)
 
 void ss_lateio_init(struct ss_lateio *x, const struct ss_hs_io *io, int fd, bool client,
 		    uint32_t nonce, const struct ss_late_hooks *hooks, void *ctx)
@@ -142,21 +147,39 @@ static int lateio_room(struct ss_lateio *x)
 	return 0;
 }
 
+/*
+ * The peer's mark is at the head: its urgent byte is read out of band, so
+ * the socket stops showing POLLPRI while we wait for what comes behind it
+ * (the mark stays where it is for reads and SIOCATMARK).
+ */
+static void lateio_found_mark(struct ss_lateio *x)
+{
+	char c;
+
+	x->io->recv(x->fd, &c, 1, MSG_OOB | MSG_DONTWAIT);
+	lateio_event(x, SS_LATE_EV_PEER_MARK, NULL);
+}
+
+bool ss_lateio_full(const struct ss_lateio *x)
+{
+	return x->taken_len >= LATEIO_TAKE_MAX;
+}
+
 /* Takes the peer's bytes off TCP up to its mark (or its end). Returns 0 or -errno. */
 static int lateio_take(struct ss_lateio *x)
 {
-	for (;;) {
+	while (!ss_lateio_full(x)) {
 		size_t got = 0;
 		int r = lateio_room(x);
 
-		if (r == 0)
-			r = ss_urg_recv(x->io, x->fd, x->taken + x->taken_len,
-					x->taken_cap - x->taken_len, 0,
-					x->rules.state == SS_LATE_MARKED, &got);
+		if (r < 0)
+			return r; /* ours, not the peer's: nothing changes */
+		r = ss_urg_recv(x->io, x->fd, x->taken + x->taken_len, x->taken_cap - x->taken_len,
+				0, x->rules.state == SS_LATE_MARKED, &got);
 		if (r == -EAGAIN)
 			return 0;
 		if (r == SS_URG_AT_MARK) {
-			lateio_event(x, SS_LATE_EV_PEER_MARK, NULL);
+			lateio_found_mark(x);
 			return 0;
 		}
 		if (r < 0 || got == 0) {
@@ -167,6 +190,7 @@ static int lateio_take(struct ss_lateio *x)
 		}
 		x->taken_len += got;
 	}
+	return 0;
 }
 
 /* True when the peer's lone mark is on its way to us (the socket shows POLLPRI). */
@@ -219,10 +243,13 @@ int ss_lateio_step(struct ss_lateio *x)
 		case SS_LATE_C_WAIT_ANSWER:
 		case SS_LATE_S_WAIT_HELLO:
 		case SS_LATE_S_WAIT_READY: lateio_read_msg(x); break;
+		case SS_LATE_BROKEN: return -ECONNRESET;
 		default: return lateio_flush(x); /* decided */
 		}
 		if (r < 0)
 			return r;
+		if (x->rules.state == SS_LATE_BROKEN)
+			return -ECONNRESET;
 		if (x->rules.state == was)
 			return lateio_flush(x);
 	}
@@ -252,7 +279,8 @@ int ss_lateio_read(struct ss_lateio *x, void *buf, size_t len, int flags, size_t
 	enum ss_late_state st = x->rules.state;
 	int r;
 
-	if (x->taken_len || x->taken_eof) {
+	if (len == 0 || x->taken_len || x->taken_eof) {
+		/* A read of 0 bytes is answered 0, as TCP's, and looks at nothing. */
 		*got_p = x->taken_len ? lateio_give(x, buf, len, flags) : 0;
 		return SS_LATEIO_BYTES;
 	}
@@ -264,12 +292,11 @@ int ss_lateio_read(struct ss_lateio *x, void *buf, size_t len, int flags, size_t
 			return r == -EAGAIN        ? SS_LATEIO_WAIT
 			       : r == SS_URG_BYTES ? SS_LATEIO_BYTES
 						   : r;
-		lateio_event(x, SS_LATE_EV_PEER_MARK, NULL);
+		lateio_found_mark(x);
 	}
 	r = ss_lateio_step(x);
 	if (r < 0)
 		return r;
 	st = x->rules.state;
-	return st == SS_LATE_RDMA || st == SS_LATE_TCP || st == SS_LATE_BROKEN ? SS_LATEIO_DECIDED
-									       : SS_LATEIO_WAIT;
+	return st == SS_LATE_RDMA || st == SS_LATE_TCP ? SS_LATEIO_DECIDED : SS_LATEIO_WAIT;
 }

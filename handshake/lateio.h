@@ -3,11 +3,11 @@
  * (docs/protocol.md, section 5): the urgent marks, the handshake messages
  * behind them, and the peer's bytes that came before its mark, taken off
  * TCP when the application has not read them (they are read first, after
- * the move too). The rules are late.c's; the decisions that need verbs
- * are the caller's hooks. Nothing here blocks: a step does what the
- * socket takes and the caller waits (POLLIN | POLLPRI, POLLOUT while
- * ss_lateio_owes()) and steps again. Callers serialise the calls on one
- * connection.
+ * the move too; at most 4 MiB). The rules are late.c's; the decisions
+ * that need verbs are the caller's hooks. Nothing here blocks: a step does
+ * what the socket takes and the caller waits (POLLIN | POLLPRI; POLLOUT
+ * while ss_lateio_owes(); the application's read while ss_lateio_full())
+ * and steps again. Callers serialise the calls on one connection.
  */
 #ifndef SS_HANDSHAKE_LATEIO_H
 #define SS_HANDSHAKE_LATEIO_H
@@ -62,24 +62,29 @@ int ss_lateio_event(struct ss_lateio *x, enum ss_late_event ev);
 /*
  * Moves the exchange on with what the socket has and takes: sends what is
  * owed, takes the peer's bytes up to its mark once one is on its way
- * (POLLPRI) or ours is sent, and reads the messages behind it. Returns 0
- * or -errno (the connection failed).
+ * (POLLPRI) or ours is sent, and reads the messages behind it. Returns 0,
+ * -ECONNRESET when the peer broke the exchange (the caller resets the
+ * connection), or -errno (the connection failed).
  */
 int ss_lateio_step(struct ss_lateio *x);
 
 /* True while our mark or messages wait for room (wait for POLLOUT). */
 bool ss_lateio_owes(const struct ss_lateio *x);
 
+/* True while the taken bytes are at their bound: taking waits for the application's read. */
+bool ss_lateio_full(const struct ss_lateio *x);
+
 /* What an application's read found. */
 enum ss_lateio_read {
-	SS_LATEIO_BYTES,   /* *got_p bytes (0: the peer's end of stream) */
+	SS_LATEIO_BYTES,   /* *got_p bytes (0: the peer's end of stream, or len was 0) */
 	SS_LATEIO_WAIT,    /* nothing for the application now */
 	SS_LATEIO_DECIDED, /* nothing taken is left and the move is decided: read its transport */
 };
 
 /*
  * The application reads at most len bytes (flags: MSG_PEEK; others pass to
- * recv). Returns an ss_lateio_read or -errno.
+ * recv). Returns an ss_lateio_read, -ECONNRESET as ss_lateio_step(), or
+ * -errno.
  */
 int ss_lateio_read(struct ss_lateio *x, void *buf, size_t len, int flags, size_t *got_p);
 

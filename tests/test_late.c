@@ -317,6 +317,9 @@ static void late_deliver(struct late_world *w, int i)
 			w->bad = w->bad ? w->bad : "a mark after the move";
 		return;
 	}
+	/* A side that has not marked reads a mark as lone (urgread.c): nothing may be behind it. */
+	if (it == IT_MARK && s->l.state == SS_LATE_QUIET && w->head[i] < w->len[i])
+		w->bad = w->bad ? w->bad : "a mark with bytes behind it reached a side not marked";
 	late_act(w, i, ss_late_step(&s->l, ev_of[it], 0));
 }
 

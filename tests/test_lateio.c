@@ -109,8 +109,11 @@ static void lio_between(int fd)
 	}
 }
 
-static void lio_append(uint8_t *buf, size_t *len, const uint8_t *b, size_t n)
+/* Appends n bytes to a buffer of cap bytes; more than it can hold is a test failure. */
+static void lio_append(uint8_t *buf, size_t *len, size_t cap, const uint8_t *b, size_t n)
 {
+	if (*len + n > cap)
+		fail_msg("%zu bytes more than the %zu expected", *len + n - cap, cap);
 	memcpy(buf + *len, b, n);
 	*len += n;
 }
@@ -137,7 +140,7 @@ static void lio_write(struct lio_side *s)
 	if (n == 0)
 		return;
 	if (ss_late_holds(&s->x.rules) || s->hold_len || s->x.rules.state == SS_LATE_RDMA) {
-		lio_append(s->hold, &s->hold_len, b, n);
+		lio_append(s->hold, &s->hold_len, lio_bytes(s), b, n);
 		s->written += n;
 		return;
 	}
@@ -152,7 +155,7 @@ static void lio_write(struct lio_side *s)
 static void lio_release(struct lio_side *s)
 {
 	if (s->x.rules.state == SS_LATE_RDMA) {
-		lio_append(s->qp, &s->qp_len, s->hold, s->hold_len);
+		lio_append(s->qp, &s->qp_len, lio_bytes(s), s->hold, s->hold_len);
 		s->hold_len = 0;
 		s->qp_eof = s->shut_asked;
 		return;
@@ -180,24 +183,35 @@ static void lio_release(struct lio_side *s)
 /* The application reads what there is. */
 static void lio_read(struct lio_side *s, const struct lio_side *peer)
 {
-	uint8_t buf[LIO_CHUNK];
+	uint8_t buf[LIO_CHUNK], peek[LIO_CHUNK];
 
 	while (!s->in_eof) {
-		size_t got = 0;
-		int r = ss_lateio_read(&s->x, buf, sizeof(buf), 0, &got);
+		enum ss_late_state was = s->x.rules.state;
+		size_t got = 7, peeked = 0;
+		int r = ss_lateio_read(&s->x, buf, 0, 0, &got), rp;
 		ssize_t k;
+
+		/* A read of nothing changes nothing; a peek shows what the read takes. */
+		if (r != SS_LATEIO_BYTES || got != 0 || s->x.rules.state != was)
+			fail_msg("a read of 0 bytes gave %d (%zu) in %s", r, got,
+				 ss_late_state_str(s->x.rules.state));
+		rp = ss_lateio_read(&s->x, peek, sizeof(peek), MSG_PEEK, &peeked);
+		r = ss_lateio_read(&s->x, buf, sizeof(buf), 0, &got);
+		if (rp == SS_LATEIO_BYTES && r == SS_LATEIO_BYTES &&
+		    memcmp(peek, buf, got < peeked ? got : peeked) != 0)
+			fail_msg("a read took other bytes than its peek showed");
 
 		assert_true(r >= 0);
 		if (r == SS_LATEIO_WAIT)
 			return;
 		if (r == SS_LATEIO_BYTES) {
-			lio_append(s->in, &s->in_len, buf, got);
+			lio_append(s->in, &s->in_len, lio_bytes(peer), buf, got);
 			s->in_eof = got == 0;
 			continue;
 		}
 		assert_int_not_equal(s->x.rules.state, SS_LATE_BROKEN);
 		if (s->x.rules.state == SS_LATE_RDMA) {
-			lio_append(s->in, &s->in_len, peer->qp + s->qp_read,
+			lio_append(s->in, &s->in_len, lio_bytes(peer), peer->qp + s->qp_read,
 				   peer->qp_len - s->qp_read);
 			s->qp_read = peer->qp_len;
 			s->in_eof = peer->qp_eof;
@@ -207,7 +221,7 @@ static void lio_read(struct lio_side *s, const struct lio_side *peer)
 		if (k < 0 && errno == EAGAIN)
 			return;
 		assert_true(k >= 0);
-		lio_append(s->in, &s->in_len, buf, (size_t)k);
+		lio_append(s->in, &s->in_len, lio_bytes(peer), buf, (size_t)k);
 		s->in_eof = k == 0;
 	}
 }
