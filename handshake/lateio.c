@@ -40,60 +40,52 @@ bool ss_lateio_owes(const struct ss_lateio *x)
 	return x->mark_owed || x->out_len > 0;
 }
 
-/* Puts a message of the move behind what is owed. */
-static void lateio_queue(struct ss_lateio *x, enum ss_msg_type type, const struct ss_params *p)
+/* Puts a message of the move behind what is owed. Returns its length or -EINVAL (bad params). */
+static int lateio_queue(struct ss_lateio *x, enum ss_msg_type type, const struct ss_params *p)
 {
 	struct ss_msg m = {.type = type, .nonce = x->nonce, .reason = x->rules.reason};
 	int n;
 
 	if (p)
 		m.params = *p;
-	/* Room for the two longest messages a side ever owes; params were checked. */
+	/* Room for the two longest messages a side ever owes. */
 	n = ss_msg_encode(&m, x->out + x->out_len, sizeof(x->out) - x->out_len);
 	if (n > 0)
 		x->out_len += (size_t)n;
+	return n;
 }
 
-/* Answers an action that needs a decision (PREPARE, DECIDE, CHECK) through the hooks. */
-static unsigned lateio_decide(struct ss_lateio *x, unsigned acts, const struct ss_msg *peer,
-			      struct ss_params *mine)
+/*
+ * Answers an action that needs a decision (PREPARE, DECIDE, CHECK) through
+ * the hooks; a yes to PREPARE or DECIDE queues its HELLO or ACCEPT here.
+ */
+static unsigned lateio_decide(struct ss_lateio *x, unsigned acts, const struct ss_msg *peer)
 {
-	struct ss_msg probe = {.type = SS_MSG_HELLO};
-	uint8_t tmp[SS_HELLO_MAX_LEN];
+	struct ss_params mine = {0};
 	enum ss_reason r;
 
 	if (acts & SS_LATE_A_PREPARE)
-		r = x->hooks->prepare(x->ctx, mine);
+		r = x->hooks->prepare(x->ctx, &mine);
 	else if (acts & SS_LATE_A_DECIDE)
-		r = x->hooks->decide(x->ctx, peer, mine);
+		r = x->hooks->decide(x->ctx, peer, &mine);
 	else
 		r = x->hooks->check(x->ctx, peer);
 	/* Parameters that cannot be sent are the hook's failure: a DECLINE goes instead. */
-	probe.params = *mine;
 	if (r == SS_REASON_NONE && !(acts & SS_LATE_A_CHECK) &&
-	    ss_msg_encode(&probe, tmp, sizeof(tmp)) < 0)
+	    lateio_queue(x, acts & SS_LATE_A_PREPARE ? SS_MSG_HELLO : SS_MSG_ACCEPT, &mine) < 0)
 		r = SS_REASON_PARAMS;
 	if (r != SS_REASON_NONE)
 		return ss_late_step(&x->rules, SS_LATE_EV_NO, (uint16_t)r);
-	if (acts & SS_LATE_A_PREPARE)
-		lateio_queue(x, SS_MSG_HELLO, mine);
 	return ss_late_step(&x->rules, SS_LATE_EV_YES, 0);
 }
 
 /* Does what the rules asked; peer: the message that made them ask. */
 static void lateio_act(struct ss_lateio *x, unsigned acts, const struct ss_msg *peer)
 {
-	struct ss_params mine = {0};
-
 	if (acts & SS_LATE_A_MARK)
 		x->mark_owed = true;
-	if (acts & (SS_LATE_A_PREPARE | SS_LATE_A_DECIDE | SS_LATE_A_CHECK)) {
-		unsigned next = lateio_decide(x, acts, peer, &mine);
-
-		if (next & SS_LATE_A_ACCEPT)
-			lateio_queue(x, SS_MSG_ACCEPT, &mine);
-		lateio_act(x, next & ~SS_LATE_A_ACCEPT, NULL);
-	}
+	if (acts & (SS_LATE_A_PREPARE | SS_LATE_A_DECIDE | SS_LATE_A_CHECK))
+		lateio_act(x, lateio_decide(x, acts, peer), NULL); /* its ACCEPT is queued */
 	if (acts & SS_LATE_A_READY)
 		lateio_queue(x, SS_MSG_READY, NULL);
 	if (acts & SS_LATE_A_DECLINE)
@@ -244,7 +236,7 @@ int ss_lateio_step(struct ss_lateio *x)
 		case SS_LATE_S_WAIT_HELLO:
 		case SS_LATE_S_WAIT_READY: lateio_read_msg(x); break;
 		case SS_LATE_BROKEN: return -ECONNRESET;
-		default: return lateio_flush(x); /* decided */
+		default: return 0; /* decided; flushed above */
 		}
 		if (r < 0)
 			return r;
