@@ -17,6 +17,7 @@ static const char *const reason_names[SS_REASON__COUNT] = {
 	[SS_REASON_DEVICE_DOWN] = "device-down",
 	[SS_REASON_DOWNGRADED] = "downgraded",
 	[SS_REASON_RDMA_LOST] = "rdma-lost",
+	[SS_REASON_LATER] = "started-on-tcp",
 };
 
 const char *ss_reason_str(unsigned r)

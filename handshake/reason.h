@@ -20,6 +20,7 @@ enum ss_reason {
 	SS_REASON_DEVICE_DOWN = 13,  /* the device's port is down (or the device failed) */
 	SS_REASON_DOWNGRADED = 14,   /* upgraded, then moved back to TCP (docs/protocol.md, 4) */
 	SS_REASON_RDMA_LOST = 15,    /* upgraded, then moved to TCP when the RDMA path broke */
+	SS_REASON_LATER = 16,        /* started on TCP (SRQSHIM_START=tcp): the server said LATER */
 	SS_REASON__COUNT,
 };
 

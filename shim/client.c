@@ -19,7 +19,6 @@
 #include <poll.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/random.h>
 #include <sys/epoll.h>
 
 #include "shim/real.h"
@@ -73,8 +72,7 @@ static void client_drop_conn(struct ss_sock *s)
 	s->conn = NULL;
 }
 
-/* Ends this connect's probe of the destination in the cache. */
-static void client_record(struct ss_sock *s, enum ss_dest_state st)
+void ss_client_record(struct ss_sock *s, enum ss_dest_state st)
 {
 	if (s->prober || st == SS_DEST_SHIMMED)
 		ss_cache_record((const struct sockaddr *)&s->dst, st, s->prober);
@@ -86,7 +84,7 @@ static void client_connect_failed(struct ss_sock *s)
 {
 	if (s->conn)
 		client_drop_conn(s);
-	client_record(s, SS_DEST_UNKNOWN);
+	ss_client_record(s, SS_DEST_UNKNOWN);
 	ss_tp->worker_unwatch(ss_w, &s->watch);
 	free(s->hold);
 	s->hold = NULL;
@@ -95,8 +93,7 @@ static void client_connect_failed(struct ss_sock *s)
 	ss_become_plain(s, SS_REASON_NONE);
 }
 
-/* The probe connection is not ours to keep: abort it and connect a plain one. */
-static void client_reconnect(struct ss_sock *s, enum ss_reason why)
+void ss_client_reconnect(struct ss_sock *s, enum ss_reason why)
 {
 	struct linger lg = {1, 0};
 	int nfd;
@@ -107,6 +104,10 @@ static void client_reconnect(struct ss_sock *s, enum ss_reason why)
 	ss_tp->worker_unwatch(ss_w, &s->watch);
 	/* No TIME_WAIT left behind: the server only ever sees a reset probe. */
 	ss_real.setsockopt(s->tcp_fd, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg));
+	/* A wait still asleep on it (it was the application's own, asking.c) wakes and looks again.
+	 */
+	if (s->hello_sent)
+		ss_real.shutdown(s->tcp_fd, SHUT_RDWR);
 	ss_real.close(s->tcp_fd);
 	s->tcp_fd = -1;
 	nfd = ss_real.socket(s->domain, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
@@ -144,8 +145,7 @@ static void client_probe(struct ss_sock *s)
 {
 	struct ss_msg hello = {.type = SS_MSG_HELLO, .params = s->mine};
 
-	if (getrandom(&s->nonce, sizeof(s->nonce), GRND_NONBLOCK) != sizeof(s->nonce))
-		s->nonce = (uint32_t)ss_now_us();
+	s->nonce = ss_new_nonce();
 	hello.nonce = s->nonce;
 	ss_test_delay(SS_TP_CLIENT_HELLO);
 	/* An empty socket takes it whole; a failure shows as silence or an error later. */
@@ -224,19 +224,19 @@ static void client_answers(struct ss_sock *s)
 				s->acked = true;
 				s->deadline = ss_deadline_in(ss_cfg.acked_timeout_ms);
 				ss_bg_kick(s, s->deadline);
-				client_record(s, SS_DEST_SHIMMED);
+				ss_client_record(s, SS_DEST_SHIMMED);
 			}
 			continue;
 		}
 		if (rr == SS_HSR_MSG && m.nonce == s->nonce && m.type == SS_MSG_DECLINE) {
 			/* A shimmed server said no: its bytes follow on this connection. */
-			client_record(s, SS_DEST_SHIMMED);
+			ss_client_record(s, SS_DEST_SHIMMED);
 			client_drop_conn(s);
 			ss_fallback(s, SS_REASON_PEER_DECLINED);
 			return;
 		}
 		if (rr == SS_HSR_MSG && m.nonce == s->nonce && m.type == SS_MSG_ACCEPT) {
-			client_record(s, SS_DEST_SHIMMED);
+			ss_client_record(s, SS_DEST_SHIMMED);
 			r = client_commit(s, &m);
 			if (r != SS_REASON_NONE)
 				client_decline(s, r);
@@ -265,8 +265,8 @@ static void client_answers(struct ss_sock *s)
 		 * HELLO. */
 		r = rr == SS_HSR_MSG || rr == SS_HSR_BAD ? SS_REASON_MALFORMED
 							 : SS_REASON_PEER_PLAIN;
-		client_record(s, r == SS_REASON_PEER_PLAIN ? SS_DEST_PLAIN : SS_DEST_UNKNOWN);
-		client_reconnect(s, r);
+		ss_client_record(s, r == SS_REASON_PEER_PLAIN ? SS_DEST_PLAIN : SS_DEST_UNKNOWN);
+		ss_client_reconnect(s, r);
 		return;
 	}
 }
@@ -287,6 +287,7 @@ bool ss_client_step(struct ss_sock *s)
 	bool failed = false;
 
 	switch (ss_sock_state(s)) {
+	case SS_SOCK_ASKING: return ss_asking_step(s);
 	case SS_SOCK_CONNECTING:
 		if (!client_connect_done(s, &failed))
 			return true;
@@ -326,8 +327,8 @@ bool ss_client_step(struct ss_sock *s)
 		} else {
 			/* Silence: a plain server waiting for us to speak, or one that never
 			 * accepts. */
-			client_record(s, SS_DEST_PLAIN);
-			client_reconnect(s, SS_REASON_PEER_PLAIN);
+			ss_client_record(s, SS_DEST_PLAIN);
+			ss_client_reconnect(s, SS_REASON_PEER_PLAIN);
 		}
 		return ss_sock_state(s) == SS_SOCK_RECONNECTING;
 	case SS_SOCK_RECONNECTING:
@@ -403,7 +404,7 @@ static int client_plain_connect(struct ss_sock *s, int fd, enum ss_reason why)
  * connection stays on TCP (with nothing of a connection left behind).
  */
 static enum ss_reason client_prepare(struct ss_sock *s, int fd, const struct sockaddr *addr,
-				     socklen_t alen, struct sockaddr_storage *predicted)
+				     socklen_t alen, struct sockaddr_storage *predicted, bool *ask)
 {
 	enum ss_dest_state dest;
 	enum ss_reason r;
@@ -415,6 +416,10 @@ static enum ss_reason client_prepare(struct ss_sock *s, int fd, const struct soc
 	if (dest == SS_DEST_PLAIN)
 		return SS_REASON_PEER_PLAIN;
 	s->dest_shimmed = dest == SS_DEST_SHIMMED;
+	/* Starting on TCP: nothing of an upgrade is made (asking.c). */
+	*ask = ss_cfg.start == SS_START_TCP;
+	if (*ask)
+		return SS_REASON_NONE;
 	r = client_predict_local(s, addr, alen, predicted) ? ss_make_conn(s, fd, predicted)
 							   : SS_REASON_RESOURCE;
 	if (r == SS_REASON_NONE && (ss_bg_start(s) != 0 || ss_enter_pair(s) != 0))
@@ -428,7 +433,7 @@ static enum ss_reason client_prepare(struct ss_sock *s, int fd, const struct soc
 	}
 	if (s->conn)
 		client_drop_conn(s);
-	client_record(s, SS_DEST_UNKNOWN);
+	ss_client_record(s, SS_DEST_UNKNOWN);
 	return r;
 }
 
@@ -437,11 +442,14 @@ int ss_client_connect(struct ss_sock *s, int fd, const struct sockaddr *addr, so
 	struct sockaddr_storage predicted, local;
 	socklen_t llen = sizeof(local);
 	enum ss_reason r;
+	bool ask = false;
 	int ret;
 
 	memcpy(&s->dst, addr, alen < sizeof(s->dst) ? alen : sizeof(s->dst));
 	s->dst_len = alen;
-	r = client_prepare(s, fd, addr, alen, &predicted);
+	r = client_prepare(s, fd, addr, alen, &predicted, &ask);
+	if (ask)
+		return ss_asking_connect(s, fd);
 	if (r != SS_REASON_NONE) {
 		/* The one way to TCP before the SYN. */
 		if (s->tcp_fd >= 0 && ss_leave_pair(s, false) != 0)

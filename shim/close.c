@@ -113,9 +113,11 @@ void ss_sock_finish(struct ss_sock *s, bool may_block)
 	pthread_mutex_lock(&s->lock);
 	/* A negotiation in progress ends first: its held bytes go wherever it decides. */
 	while (ss_client_step(s) && ss_now_ms() < end) {
+		int st = ss_sock_state(s);
 		struct pollfd p = {.fd = s->tcp_fd,
-				   .events =
-					   ss_sock_state(s) == SS_SOCK_PROBING ? POLLIN : POLLOUT};
+				   .events = st == SS_SOCK_ASKING    ? ss_asking_events(s)
+					     : st == SS_SOCK_PROBING ? POLLIN
+								     : POLLOUT};
 		uint64_t until = s->deadline && s->deadline < end ? s->deadline : end;
 		uint64_t now = ss_now_ms();
 

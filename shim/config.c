@@ -13,6 +13,7 @@
 static const char *const log_levels[] = {"none", "error", "warn", "info", "debug", NULL};
 static const char *const modes[] = {
 	[SS_MODE_TCP] = "tcp", [SS_MODE_RQ] = "rq", [SS_MODE_SRQ] = "srq", NULL};
+static const char *const starts[] = {[SS_START_RDMA] = "rdma", [SS_START_TCP] = "tcp", NULL};
 
 static int check_peers(const char *value, char *err, size_t errlen)
 {
@@ -106,6 +107,10 @@ const struct ss_option ss_options[] = {
 		    "how connections are carried: srq (RDMA, receives from one shared receive "
 		    "queue and pool per process), rq (RDMA, a private receive queue and buffers "
 		    "per connection) or tcp (never upgrade)"),
+	ENUM_OPTION("START", start, "rdma", starts,
+		    "client: where a connection starts: rdma (upgraded at connect when the server "
+		    "agrees) or tcp (the server answers LATER and the connection stays on TCP; "
+		    "moving it later is not built yet)"),
 	ENUM_OPTION(
 		"LOG_LEVEL", log_level, "error", log_levels,
 		"messages written to stderr (never when stderr is a socket): none, error, warn, "

@@ -10,8 +10,15 @@ enum ss_mode {
 	SS_MODE_SRQ,
 };
 
+/* Where a client's connection starts (SRQSHIM_START). */
+enum ss_start {
+	SS_START_RDMA, /* upgraded at connect when the server agrees */
+	SS_START_TCP,  /* on TCP: the HELLO asks for LATER (docs/protocol.md, section 5) */
+};
+
 struct ss_config {
 	int mode;        /* enum ss_mode */
+	int start;       /* enum ss_start */
 	int log_level;   /* enum ss_log_level */
 	char device[64]; /* "" = choose by address */
 	int port;        /* 0 = any active port */
@@ -40,7 +47,7 @@ struct ss_config {
 enum ss_test_point {
 	SS_TP_CLIENT_HELLO,  /* client: before the HELLO goes out */
 	SS_TP_CLIENT_READY,  /* client: before READY (or a DECLINE of an ACCEPT) */
-	SS_TP_SERVER_ACK,    /* server: before an ACK */
+	SS_TP_SERVER_ACK,    /* server: before an ACK or a LATER */
 	SS_TP_SERVER_ACCEPT, /* server: before ACCEPT */
 	SS_TP_FIRST_READ,    /* server: a blocking read, between its state check and its wait */
 	SS_TP_SERVER_PAIR,   /* server: the HELLO taken, before the socketpair goes on the fd */

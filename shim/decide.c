@@ -11,6 +11,7 @@
 #include <stddef.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <sys/random.h>
 
 #include "handshake/gid.h"
 #include "handshake/negotiate.h"
@@ -43,6 +44,15 @@ static int decide_real_ioctl(int fd, unsigned long req, int *arg)
 
 const struct ss_hs_io ss_real_io = {decide_real_send, decide_real_recv, decide_real_poll,
 				    decide_real_ioctl};
+
+uint32_t ss_new_nonce(void)
+{
+	uint32_t n;
+
+	if (getrandom(&n, sizeof(n), GRND_NONBLOCK) != sizeof(n))
+		n = (uint32_t)ss_now_us();
+	return n;
+}
 
 uint64_t ss_deadline_in(int ms)
 {
@@ -173,7 +183,8 @@ static unsigned decide_bg_run(struct ss_sock *s)
 	switch (ss_sock_state(s)) {
 	case SS_SOCK_CONNECTING:
 	case SS_SOCK_RECONNECTING: ss_client_step(s); break;
-	case SS_SOCK_PROBING: ss_client_step(s); break;
+	case SS_SOCK_PROBING:
+	case SS_SOCK_ASKING: ss_client_step(s); break;
 	case SS_SOCK_ACCEPTED: return ss_server_step(s) ? EPOLLIN : 0;
 	case SS_SOCK_UPGRADED: {
 		/* Asked by the operator, or the peer's stream switched on the QP. */
@@ -201,6 +212,7 @@ static unsigned decide_bg_run(struct ss_sock *s)
 	case SS_SOCK_CONNECTING:
 	case SS_SOCK_RECONNECTING: return EPOLLOUT;
 	case SS_SOCK_PROBING: return EPOLLIN;
+	case SS_SOCK_ASKING: return (unsigned)ss_asking_events(s);
 	case SS_SOCK_UPGRADED: return EPOLLIN | EPOLLRDHUP;
 	case SS_SOCK_FALLBACK: return ss_down_events(s);
 	default: return 0;

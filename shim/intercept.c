@@ -949,7 +949,7 @@ static int tcp_of(int fd, struct ss_sock **s_p)
 	 * watch, which it may close at any moment (use it, and a
 	 * getsockname right after accept could fail with EBADF).
 	 */
-	if (!s || ss_sock_state(s) == SS_SOCK_ACCEPTED)
+	if (!s || ss_sock_state(s) == SS_SOCK_ACCEPTED || ss_sock_state(s) == SS_SOCK_ASKING)
 		return fd;
 	return s->tcp_fd >= 0 ? s->tcp_fd : fd;
 }
@@ -987,7 +987,8 @@ EXPORT int setsockopt(int fd, int level, int name, const void *val, socklen_t le
 		pthread_mutex_lock(&s->lock);
 		int st = ss_sock_state(s);
 		/* Recorded for a plain reconnect, as long as one may happen. */
-		if ((st == SS_SOCK_FRESH || st == SS_SOCK_CONNECTING || st == SS_SOCK_PROBING) &&
+		if ((st == SS_SOCK_FRESH || st == SS_SOCK_CONNECTING || st == SS_SOCK_PROBING ||
+		     st == SS_SOCK_ASKING) &&
 		    s->n_opts < 16 && len <= sizeof(s->opts[0].val)) {
 			struct ss_opt_rec *o = &s->opts[s->n_opts++];
 			o->level = level;

@@ -247,18 +247,65 @@ static int io_wait_upgraded(struct ss_sock *s, int fd, bool out, struct io_sig *
  * (io_wait_upgraded). Returns 0 (something changed: the caller tries
  * again), -EAGAIN (timeout) or -EINTR.
  */
+/* The longest slice of the kernel's poll in a wait that looks at the state between slices. */
+#define IO_FIRST_SLICE_MAX_MS 256
+
+/*
+ * An ASKING client (asking.c), whose fd is its own TCP socket: the kernel's
+ * poll for what the negotiation waits for (the connect's end, the answer,
+ * room for the held bytes), in slices as io_wait_first_bytes (a
+ * reconnect puts our socketpair on fd meanwhile), within SO_RCVTIMEO (out:
+ * SO_SNDTIMEO). Returns 0 (look at the state again), -EAGAIN or -EINTR.
+ */
+static int io_wait_asking(struct ss_sock *s, int fd, bool out, struct io_sig *sig)
+{
+	int timeo = io_timeout_ms(s, out), slice = 1;
+	uint64_t end = timeo < 0 ? UINT64_MAX : ss_now_us() + (uint64_t)timeo * 1000;
+
+	while (ss_sock_state(s) == SS_SOCK_ASKING) {
+		struct pollfd p = {.fd = fd, .events = POLLIN};
+		int wait = slice, r;
+
+		pthread_mutex_lock(&s->lock);
+		if (ss_client_step(s))
+			p.events = ss_asking_events(s);
+		pthread_mutex_unlock(&s->lock);
+		if (ss_sock_state(s) != SS_SOCK_ASKING)
+			return 0;
+		if (end != UINT64_MAX) {
+			uint64_t now = ss_now_us(),
+				 left_ms = now >= end ? 0 : (end - now + 999) / 1000;
+
+			if (left_ms == 0)
+				return -EAGAIN;
+			if (left_ms < (uint64_t)wait)
+				wait = (int)left_ms;
+		}
+		r = ss_real.poll(&p, 1, wait);
+		if (r < 0 && errno != EINTR)
+			return -errno;
+		if (r < 0 && ss_sig_any() != sig->any && io_sig_ends_wait(sig, timeo))
+			return -EINTR;
+		slice = slice < IO_FIRST_SLICE_MAX_MS ? 2 * slice : IO_FIRST_SLICE_MAX_MS;
+	}
+	return 0;
+}
+
 static int io_wait_app_fd(struct ss_sock *s, int fd, bool out, struct io_sig *sig)
 {
 	bool up = ss_sock_state(s) == SS_SOCK_UPGRADED;
 	/* Asleep in the kernel on the mirror (now, or once upgraded): it must show the truth. */
 	bool mirrored = ss_sock_state(s) >= SS_SOCK_CONNECTING &&
-			ss_sock_state(s) != SS_SOCK_ACCEPTED && ss_sock_state(s) != SS_SOCK_PLAIN;
+			ss_sock_state(s) != SS_SOCK_ACCEPTED && ss_sock_state(s) != SS_SOCK_PLAIN &&
+			ss_sock_state(s) != SS_SOCK_ASKING;
 	char b = 0;
 	ssize_t n;
 	int err;
 
 	if (up)
 		return io_wait_upgraded(s, fd, out, sig);
+	if (ss_sock_state(s) == SS_SOCK_ASKING)
+		return io_wait_asking(s, fd, out, sig);
 	if (mirrored)
 		ss_ready_mirror_get(s);
 	if (out) {
@@ -314,7 +361,6 @@ void ss_io_forget_if_plain(struct ss_sock *s)
  * or between slices) ends the wait as it ends the kernel's recv. Returns 0
  * (look at the state again), -EAGAIN (timeout) or -EINTR.
  */
-#define IO_FIRST_SLICE_MAX_MS 256
 static int io_wait_first_bytes(struct ss_sock *s, int fd, struct io_sig *sig)
 {
 	int timeo = io_timeout_ms(s, false), slice = 1;
@@ -432,10 +478,15 @@ static ssize_t io_hold(struct ss_sock *s, const struct iovec *iov, int n, int st
 	ssize_t r = -SS_REDO;
 
 	pthread_mutex_lock(&s->lock);
+	/* Starting on TCP: the HELLO goes out first, and the answer may be in. */
+	if (st == SS_SOCK_ASKING)
+		ss_client_step(s);
 	if (ss_sock_state(s) == st) {
 		r = (ssize_t)ss_hold_append(s, iov, n);
 		if (st == SS_SOCK_FALLBACK)
 			ss_fallback_flush(s);
+		else if (st == SS_SOCK_ASKING && s->answered)
+			ss_client_step(s); /* answered: what is held goes to TCP */
 		else if (s->hold_len >= s->hold_max)
 			ss_mirror_show(s, 0); /* not writable until the decision */
 		if (r == 0)
@@ -693,6 +744,7 @@ ssize_t ss_io_recv(int fd, const struct iovec *iov, int n, int flags, bool *hand
 		case SS_SOCK_PROBING:
 		case SS_SOCK_RECONNECTING:
 		case SS_SOCK_FALLBACK:
+		case SS_SOCK_ASKING:
 			r = io_wait_decision(s, fd, flags, false);
 			if (r == 0)
 				continue;
@@ -784,6 +836,7 @@ ssize_t ss_io_send(int fd, const struct iovec *iov, int n, int flags, bool *hand
 		case SS_SOCK_PROBING:
 		case SS_SOCK_RECONNECTING:
 		case SS_SOCK_FALLBACK:
+		case SS_SOCK_ASKING:
 			r = io_hold(s, local.v, local.n, st);
 			if (r > 0) {
 				sent += (size_t)r;

@@ -243,8 +243,9 @@ static bool poll_on_mirror(struct ss_sock *s)
 {
 	int st = ss_sock_state(s);
 
+	/* ACCEPTED and ASKING are on their own TCP socket: the kernel answers for them. */
 	return st >= SS_SOCK_CONNECTING && st != SS_SOCK_ACCEPTED && st != SS_SOCK_UPGRADED &&
-	       st != SS_SOCK_PLAIN;
+	       st != SS_SOCK_PLAIN && st != SS_SOCK_ASKING;
 }
 
 /* The slice of a kernel wait on a socket falling back to TCP. */

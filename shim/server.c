@@ -21,7 +21,33 @@ enum server_look {
 	SERVER_PARTIAL, /* part of a message: look again shortly */
 };
 
-/* Acknowledges the HELLO at the head of fd, if there is one. */
+/* Stops the background watch of an accepted connection; its private fd goes. */
+static void server_stop_watch(struct ss_sock *s)
+{
+	if (s->tcp_fd < 0)
+		return;
+	ss_tp->worker_unwatch(ss_w, &s->watch);
+	ss_real.close(s->tcp_fd);
+	s->tcp_fd = -1;
+}
+
+/*
+ * A HELLO that asks to start on TCP (SS_CAP_LATE), taken off the stream:
+ * LATER, before any byte of ours, and the connection is plain. Any process
+ * that has the connection may answer it (no QP is made).
+ */
+static void server_later(struct ss_sock *s, int fd, const struct ss_msg *hello)
+{
+	struct ss_msg m = {.type = SS_MSG_LATER, .nonce = hello->nonce};
+
+	ss_test_delay(SS_TP_SERVER_ACK);
+	if (ss_send_msg(fd, &m, 1000) != 0)
+		ss_log_warn("fd %d: LATER not sent: the client will connect again", fd);
+	server_stop_watch(s);
+	ss_become_plain(s, SS_REASON_LATER);
+}
+
+/* Acknowledges the HELLO at the head of fd, if there is one (or answers LATER). */
 static enum server_look server_ack_if_hello(struct ss_sock *s, int fd)
 {
 	struct ss_msg m;
@@ -29,7 +55,10 @@ static enum server_look server_ack_if_hello(struct ss_sock *s, int fd)
 
 	switch (ss_hs_peek(&ss_real_io, fd, &m, 0, NULL, &used)) {
 	case SS_HSR_MSG:
-		if (m.type == SS_MSG_HELLO && !s->acked) {
+		if (m.type == SS_MSG_HELLO && (m.params.caps & SS_CAP_LATE)) {
+			if (ss_hs_consume(&ss_real_io, fd, used) == 0)
+				server_later(s, fd, &m);
+		} else if (m.type == SS_MSG_HELLO && !s->acked) {
 			struct ss_msg ack = {.type = SS_MSG_ACK, .nonce = m.nonce};
 
 			ss_test_delay(SS_TP_SERVER_ACK);
@@ -40,16 +69,6 @@ static enum server_look server_ack_if_hello(struct ss_sock *s, int fd)
 	case SS_HSR_PARTIAL: return SERVER_PARTIAL;
 	default: return SERVER_DONE;
 	}
-}
-
-/* Stops the background watch of an accepted connection; its private fd goes. */
-static void server_stop_watch(struct ss_sock *s)
-{
-	if (s->tcp_fd < 0)
-		return;
-	ss_tp->worker_unwatch(ss_w, &s->watch);
-	ss_real.close(s->tcp_fd);
-	s->tcp_fd = -1;
 }
 
 void ss_server_accepted(struct ss_sock *s, int fd)
@@ -101,6 +120,10 @@ static void server_answer(struct ss_sock *s, int fd, const struct ss_msg *hello)
 	size_t used;
 	enum ss_reason r;
 
+	if (hello->params.caps & SS_CAP_LATE) {
+		server_later(s, fd, hello);
+		return;
+	}
 	/* A client that waited in vain for us has said so right behind its HELLO. */
 	if (ss_hs_peek(&ss_real_io, fd, &m, 0, NULL, &used) == SS_HSR_MSG &&
 	    m.nonce == hello->nonce && m.type == SS_MSG_DECLINE &&

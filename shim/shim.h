@@ -81,6 +81,9 @@ void ss_mirror_show(struct ss_sock *s, unsigned ready);
 
 /* ---- negotiation, both sides (decide.c) ---- */
 
+/* A fresh nonce for a HELLO. */
+uint32_t ss_new_nonce(void);
+
 /* Milliseconds from now on the one clock. */
 uint64_t ss_deadline_in(int ms);
 
@@ -167,6 +170,23 @@ int ss_client_connect(struct ss_sock *s, int fd, const struct sockaddr *addr, so
  * connect's end, answers, deadlines. Returns true while it goes on.
  */
 bool ss_client_step(struct ss_sock *s);
+
+/*
+ * The probe connection (tcp_fd, our socketpair on the application's fd) is
+ * not ours to keep: abort it and connect a plain one (RECONNECTING).
+ */
+void ss_client_reconnect(struct ss_sock *s, enum ss_reason why);
+
+/* ---- client that starts on TCP (asking.c) ---- */
+
+/* connect() when the connection starts on TCP (lock held). Returns 0 or -errno as connect(2). */
+int ss_asking_connect(struct ss_sock *s, int fd);
+
+/* Moves an ASKING socket on with what is there (lock held). Returns true while it goes on. */
+bool ss_asking_step(struct ss_sock *s);
+
+/* What an ASKING socket waits for on its TCP socket: POLLOUT or POLLIN. */
+short ss_asking_events(const struct ss_sock *s);
 
 /* ---- server (server.c) ---- */
 
@@ -383,6 +403,9 @@ enum ss_dest_state ss_cache_peek(const struct sockaddr *dst);
  * written again.
  */
 void ss_cache_record(const struct sockaddr *dst, enum ss_dest_state st, bool prober);
+
+/* Ends this connect's probe of the destination in the cache. */
+void ss_client_record(struct ss_sock *s, enum ss_dest_state st);
 
 /* In a forked child: the cache's lock is made anew. */
 void ss_cache_after_fork(void);

@@ -20,7 +20,10 @@
  * RECONNECTING) through FALLBACK to PLAIN; a server ACCEPTED -> UPGRADED or
  * PLAIN, and UPGRADED -> FALLBACK -> PLAIN when the client declines after
  * all. From CONNECTING to FALLBACK the application's fd is our socketpair
- * end (the TCP socket is tcp_fd); in PLAIN it is the TCP socket again.
+ * end (the TCP socket is tcp_fd); in PLAIN it is the TCP socket again. A
+ * client that starts on TCP (asking.c) goes FRESH -> ASKING -> PLAIN on its
+ * own TCP socket, or from ASKING into the socketpair and RECONNECTING when
+ * the server turns out plain.
  */
 enum ss_sock_state {
 	SS_SOCK_FRESH,        /* a TCP socket before connect: its bind and options are recorded */
@@ -33,6 +36,9 @@ enum ss_sock_state {
 	SS_SOCK_FALLBACK, /* plain, but held bytes still go to tcp_fd before it is handed back */
 	SS_SOCK_PLAIN,    /* kernel TCP on the application's fd; reason says why */
 	SS_SOCK_FOREIGN,  /* inherited over fork while upgraded or negotiating: not usable here */
+	/* client that starts on TCP: HELLO sent (or due once connected), the answer not taken or
+	 * the bytes held meanwhile not all sent; the application's fd is the TCP socket */
+	SS_SOCK_ASKING,
 };
 
 /* What must be taken off the head of the TCP stream before the application reads it. */
@@ -98,6 +104,8 @@ struct ss_sock {
 	bool reported;     /* client: connect() has reported the outcome of a connect in progress */
 	bool shut_wr_held; /* shutdown(SHUT_WR) before the decision: applied after it */
 	bool committed;    /* server: READY came (the client sends over RDMA from now on) */
+	bool hello_sent;   /* ASKING: the HELLO is out */
+	bool answered;     /* ASKING: the server's answer is taken; the hold goes to TCP */
 	atomic_bool reset_taken; /* the reset was reported once (read, write or SO_ERROR) */
 	uint32_t nonce;
 	uint64_t deadline; /* ms: the current wait of the negotiation ends then */

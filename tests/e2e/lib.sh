@@ -126,3 +126,51 @@ same_streams() {
 	[ -n "$c" ] || fail "no SHA-256 in $1"
 	[ "$c" = "$s" ] || fail "the SHA-256 of the streams differ: client sent/received $c, server received/sent $s"
 }
+
+# The negotiation's scenarios (negotiate.sh, start.sh): hs_check's server
+# role and client over kernel TCP, then under the shim (each side's extra
+# variables given); the bytes must come through both times, and each side's
+# outcome, from srqshim-ctl status --json taken while its connection is open,
+# must be the one wanted. Uses BYTES and the next port from $port.
+# outcome FILE: "upgraded" or "tcp:REASON" for the one connection of that status file.
+outcome() {
+	python3 - "$1" <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1]))
+conns = [c for p in d["processes"] for c in p["connections"]]
+print(" ".join("upgraded" if c["state"] == "upgraded" else "tcp:" + c["reason"] for c in conns))
+PY
+}
+
+# hs_scenario NAME WANT_SERVER WANT_CLIENT SERVER_ROLE SERVER_ENV SERVER_ARGS CLIENT_ENV CLIENT_ARGS
+# (ARGS: what follows the byte count; ENV as "VAR=value ..." or "-"). WANT_*:
+# the expected outcome.
+hs_scenario() {
+	local name=$1 want_s=$2 want_c=$3 role=$4 senv=$5 sargs=$6 cenv=$7 cargs=$8 how pre_s pre_c
+	for how in tcp shim; do
+		port=$((port + 1))
+		pre_s=(env); pre_c=(env)
+		if [ $how = shim ]; then
+			pre_s=("${SERVED[@]}"); pre_c=("${SHIMMED[@]}")
+			[ "$senv" = - ] || pre_s+=($senv)
+			[ "$cenv" = - ] || pre_c+=($cenv)
+			pre_s+=(CHECK_STATUS="$WORK/st" CHECK_CTL="$BUILD/tools/srqshim-ctl"); pre_c+=(CHECK_STATUS="$WORK/st" CHECK_CTL="$BUILD/tools/srqshim-ctl")
+		fi
+		rm -f "$WORK"/st.*
+		"${pre_s[@]}" timeout 60 "$BUILD/tests/hs_check" $role "$ADDR" $port $BYTES $sargs \
+			> "$WORK/server.log" 2>&1 &
+		local spid=$!
+		wait_listen $port
+		"${pre_c[@]}" timeout 60 "$BUILD/tests/hs_check" client "$ADDR" $port $BYTES $cargs \
+			> "$WORK/client.log" 2>&1 || { cat "$WORK/client.log" "$WORK/server.log"; fail "$name ($how): client"; }
+		wait $spid || { cat "$WORK/server.log" "$WORK/client.log"; fail "$name ($how): server"; }
+		grep -h "ok" "$WORK/server.log" "$WORK/client.log" | sed "s/^/  $how: /"
+		if [ $how = shim ]; then
+			local got_s got_c
+			got_s=$(outcome "$WORK/st.server"); got_c=$(outcome "$WORK/st.client")
+			[ "$got_s" = "$want_s" ] || fail "$name: server $got_s, want $want_s"
+			[ "$got_c" = "$want_c" ] || fail "$name: client $got_c, want $want_c"
+			pass "$name: bytes as over TCP; server $got_s, client $got_c"
+		fi
+	done
+}

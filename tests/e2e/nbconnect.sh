@@ -40,3 +40,23 @@ for mode in srq rq; do
 	done
 	pass "$mode: $(wc -l < "$WORK/tcp.txt") observations as over kernel TCP, $ups ends upgraded (the loop that connects to itself included)"
 done
+
+# Connections that start on TCP (SRQSHIM_START=tcp): the same observations,
+# and every end (the loop's connections to itself included) on TCP because
+# the server said LATER.
+port=$((port + 10))
+env LD_PRELOAD="$PRELOAD" SRQSHIM_START=tcp CHECK_STATUS="$WORK/late" CHECK_CTL="$CTL" \
+	timeout 300 "$NC" "$ADDR" $port $DEAD > "$WORK/late.txt" 2> "$WORK/late.log" ||
+	{ cat "$WORK/late.txt" "$WORK/late.log"; fail "start on TCP: nbconnect_check failed"; }
+diff -u "$WORK/tcp.txt" "$WORK/late.txt" ||
+	fail "start on TCP: non-blocking connect showed other than over TCP (- TCP, + shim)"
+st=0
+for style in epoll poll select; do
+	for what in "ok $port 2" "self $((port + 2 + st)) 6"; do
+		set -- $what
+		got=$(snap_of "$WORK/late.$1-$style" "'%d %d' % (len(cs := [c for c in p['connections'] if sys.argv[2] in (c['local'], c['peer'])]), sum(c['state'] == 'tcp' and c['reason'] == 'started-on-tcp' for c in cs))" "$ADDR:$2")
+		[ "$got" = "$3 $3" ] || fail "start on TCP: $1 $style: $got (connections, started on TCP), want $3 $3"
+	done
+	st=$((st + 1))
+done
+pass "start on TCP: $(wc -l < "$WORK/tcp.txt") observations as over kernel TCP, every end started on TCP"

@@ -1,0 +1,235 @@
+/*
+ * A client connection that starts on TCP (SRQSHIM_START=tcp; docs/design.md,
+ * "Connections that start on TCP"). The application's fd stays its own TCP socket: no
+ * QP, no socketpair. The HELLO (capability SS_CAP_LATE) goes out as soon
+ * as TCP is connected; the application's writes are held until the
+ * server's answer is taken off the head of the stream, and its reads wait
+ * for it. LATER (or DECLINE, or an ACCEPT we decline) ends it: the held
+ * bytes go to TCP, then the socket is plain. A server that turns out plain
+ * (foreign bytes, its end, or silence until the deadline) gets the probe
+ * connection aborted and a plain one made, as in client.c: our socketpair
+ * goes on the application's fd first, so that RECONNECTING runs as there.
+ *
+ * Whoever comes first moves it on, under the socket's lock: the
+ * application's calls on it (io.c), its close (close.c), or the progress
+ * thread, which watches a private name of the socket (tcp_fd) for the
+ * connect's end and the answer.
+ */
+#include <errno.h>
+#include <poll.h>
+#include <stdlib.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+
+#include "shim/real.h"
+#include "shim/shim.h"
+#include "transport/log.h"
+
+/* The HELLO of a connection that starts on TCP: no QP is made for it. */
+static struct ss_msg asking_hello(uint32_t nonce)
+{
+	return (struct ss_msg){
+		.type = SS_MSG_HELLO,
+		.nonce = nonce,
+		.params =
+			{
+				.caps = SS_CAP_DATA_V1 | SS_CAP_LATE,
+				.recv_mode = ss_cfg.mode == SS_MODE_RQ ? SS_RECV_RQ : SS_RECV_SRQ,
+				.mtu = 1,
+				.qpn = 1, /* the GSI QP's number: never an RC QP's */
+				.buf_size = (uint32_t)ss_cfg.buf_size,
+				.window = 1,
+			},
+	};
+}
+
+/* The private name of the socket goes (the application's names keep it). */
+static void asking_unwatch(struct ss_sock *s)
+{
+	if (s->tcp_fd < 0)
+		return;
+	ss_tp->worker_unwatch(ss_w, &s->watch);
+	ss_tp->worker_timer_cancel(ss_w, &s->kick);
+	ss_real.close(s->tcp_fd);
+	s->tcp_fd = -1;
+}
+
+/* Plain from here: the application's fd is the TCP socket already. */
+static void asking_plain(struct ss_sock *s, enum ss_reason why)
+{
+	free(s->hold);
+	s->hold = NULL;
+	s->hold_len = 0;
+	asking_unwatch(s);
+	ss_become_plain(s, why);
+}
+
+/*
+ * Answered: the held bytes go to TCP (as much as it takes now), then a held
+ * shutdown. Returns true while bytes are left.
+ */
+static bool asking_flush(struct ss_sock *s)
+{
+	while (s->hold_len) {
+		ssize_t n =
+			ss_real.send(s->tcp_fd, s->hold, s->hold_len, MSG_DONTWAIT | MSG_NOSIGNAL);
+
+		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+			return true;
+		if (n < 0) {
+			/* The connection failed: the application's next call meets the error. */
+			ss_log_warn("fd %d: %zu held bytes not sent: %s", s->fds[0], s->hold_len,
+				    strerror(errno));
+			break;
+		}
+		ss_hold_drop_front(s, (size_t)n);
+	}
+	if (s->shut_wr_held)
+		ss_real.shutdown(s->tcp_fd, SHUT_WR);
+	asking_plain(s, s->reason);
+	return false;
+}
+
+/* The server is not ours to keep talking to: a plain connection replaces this one. */
+static void asking_reconnect(struct ss_sock *s, enum ss_reason why)
+{
+	if (ss_enter_pair(s) == 0) {
+		ss_client_reconnect(s, why);
+		return;
+	}
+	/* No socketpair (no fds left): the server saw our HELLO, so the stream cannot go on. */
+	ss_log_error("fd %d: cannot reconnect after the server's plain answer: the connection "
+		     "is shut",
+		     s->fds[0]);
+	ss_real.shutdown(s->tcp_fd, SHUT_RDWR);
+	asking_plain(s, why);
+}
+
+/* Takes the server's answer, if it is there. */
+static void asking_answers(struct ss_sock *s)
+{
+	struct ss_msg m;
+
+	for (;;) {
+		enum ss_hs_read_result rr = ss_hs_read(&ss_real_io, s->tcp_fd, &m, 0, NULL);
+		bool ours = rr == SS_HSR_MSG && m.nonce == s->nonce;
+
+		if (rr == SS_HSR_TIMEOUT)
+			return;
+		if (rr == SS_HSR_PARTIAL) {
+			ss_bg_kick(s, ss_deadline_in(2)); /* the rest of it is looked for shortly */
+			return;
+		}
+		if (ours && m.type == SS_MSG_ACK)
+			continue;
+		if (ours && (m.type == SS_MSG_LATER || m.type == SS_MSG_DECLINE ||
+			     m.type == SS_MSG_ACCEPT)) {
+			ss_client_record(s, SS_DEST_SHIMMED);
+			if (m.type == SS_MSG_ACCEPT) {
+				/* A server that ignores the capability: it falls back on our word.
+				 */
+				struct ss_msg d = {.type = SS_MSG_DECLINE,
+						   .nonce = s->nonce,
+						   .reason = SS_REASON_POLICY};
+
+				ss_send_msg(s->tcp_fd, &d, 1000);
+			}
+			s->reason =
+				m.type == SS_MSG_LATER ? SS_REASON_LATER : SS_REASON_PEER_DECLINED;
+			s->answered = true;
+			asking_flush(s);
+			return;
+		}
+		/* Its own bytes, its end, or a message that is not an answer: a plain server. */
+		ss_log_info("fd %d: the server did not answer the HELLO: connecting again",
+			    s->fds[0]);
+		if (rr == SS_HSR_MSG || rr == SS_HSR_BAD) {
+			ss_client_record(s, SS_DEST_UNKNOWN);
+			asking_reconnect(s, SS_REASON_MALFORMED);
+		} else {
+			ss_client_record(s, SS_DEST_PLAIN);
+			asking_reconnect(s, SS_REASON_PEER_PLAIN);
+		}
+		return;
+	}
+}
+
+short ss_asking_events(const struct ss_sock *s)
+{
+	return !s->hello_sent || s->answered ? POLLOUT : POLLIN;
+}
+
+bool ss_asking_step(struct ss_sock *s)
+{
+	if (ss_sock_state(s) != SS_SOCK_ASKING)
+		return false;
+	if (s->answered)
+		return asking_flush(s);
+	if (!s->hello_sent) {
+		struct pollfd p = {.fd = s->tcp_fd, .events = POLLOUT};
+		struct ss_msg hello;
+
+		if (ss_real.poll(&p, 1, 0) <= 0)
+			return true;
+		if (p.revents & (POLLERR | POLLHUP)) {
+			/* The connect failed: its error stays pending for the application. */
+			ss_client_record(s, SS_DEST_UNKNOWN);
+			asking_plain(s, SS_REASON_NONE);
+			return false;
+		}
+		s->nonce = ss_new_nonce();
+		hello = asking_hello(s->nonce);
+		ss_test_delay(SS_TP_CLIENT_HELLO);
+		ss_send_msg(s->tcp_fd, &hello, 0); /* an empty socket takes it whole */
+		s->hello_sent = true;
+		/* A destination seen shimmed answers once its server accepts: the longer wait. */
+		s->deadline = ss_deadline_in(
+			(s->dest_shimmed ? ss_cfg.acked_timeout_ms : ss_cfg.hello_timeout_ms) +
+			4 * ss_rtt_ms(s->tcp_fd));
+		ss_bg_kick(s, s->deadline);
+	}
+	asking_answers(s);
+	if (ss_sock_state(s) != SS_SOCK_ASKING)
+		return ss_sock_state(s) == SS_SOCK_RECONNECTING;
+	if (s->answered)
+		return true;
+	if (ss_now_ms() < s->deadline)
+		return true;
+	/* Silence: a plain server waiting for us to speak, or one that never accepts. */
+	ss_log_info("fd %d: no answer to the HELLO in time: connecting again", s->fds[0]);
+	ss_client_record(s, SS_DEST_PLAIN);
+	asking_reconnect(s, SS_REASON_PEER_PLAIN);
+	return ss_sock_state(s) == SS_SOCK_RECONNECTING;
+}
+
+int ss_asking_connect(struct ss_sock *s, int fd)
+{
+	int err;
+
+	s->tcp_fd = ss_bg_start(s) == 0 ? ss_private_fd(fd) : -1;
+	if (s->tcp_fd < 0) {
+		s->tcp_fd = -1;
+		ss_client_record(s, SS_DEST_UNKNOWN);
+		ss_become_plain(s, SS_REASON_RESOURCE);
+		return ss_real.connect(fd, (struct sockaddr *)&s->dst, s->dst_len) == 0 ? 0
+											: -errno;
+	}
+	s->hold_max = SS_HOLD_MAX;
+	ss_sock_set_state(s, SS_SOCK_ASKING);
+	/* The application's own socket: a blocking connect waits in the kernel, as TCP's. */
+	if (ss_real.connect(fd, (struct sockaddr *)&s->dst, s->dst_len) == 0) {
+		s->reported = true;
+		if (ss_asking_step(s))
+			ss_bg_watch(s, (unsigned)ss_asking_events(s));
+		return 0;
+	}
+	err = errno;
+	if (err == EINPROGRESS || err == EINTR) {
+		/* It goes on in the background: the progress thread sends the HELLO then. */
+		ss_bg_watch(s, EPOLLOUT);
+		return -err;
+	}
+	ss_client_record(s, SS_DEST_UNKNOWN);
+	asking_plain(s, SS_REASON_NONE);
+	return -err;
+}
