@@ -31,6 +31,11 @@ enum ss_hs_read_result {
 	SS_HSR_ERROR,   /* the connection failed (reset, ...) */
 };
 
+/*
+ * Deadlines are ms on the one clock; 0 means "do not wait" (and reads no
+ * clock).
+ */
+
 /* Writes m completely before deadline_ms. Returns 0, -ETIMEDOUT or -errno. */
 int ss_hs_write(const struct ss_hs_io *io, int fd, const struct ss_msg *m, uint64_t deadline_ms);
 

@@ -12,13 +12,14 @@
  *
  * Whoever comes first moves it on, under the socket's lock: the
  * application's calls on it (io.c), its close (close.c), or the progress
- * thread, which watches a private name of the socket (tcp_fd) for the
- * connect's end and the answer.
+ * thread: SS_NUDGE_MS after the connect it looks itself, and from then on
+ * watches a private name of the socket (tcp_fd) for the connect's end and
+ * the answer. An application that calls meanwhile (the usual write, then a
+ * wait for the reply) finishes it alone: no wake-up of that thread.
  */
 #include <errno.h>
 #include <poll.h>
 #include <stdlib.h>
-#include <sys/epoll.h>
 #include <sys/socket.h>
 
 #include "shim/real.h"
@@ -220,13 +221,13 @@ int ss_asking_connect(struct ss_sock *s, int fd)
 	if (ss_real.connect(fd, (struct sockaddr *)&s->dst, s->dst_len) == 0) {
 		s->reported = true;
 		if (ss_asking_step(s))
-			ss_bg_watch(s, (unsigned)ss_asking_events(s));
+			ss_bg_kick(s, ss_nudge_at());
 		return 0;
 	}
 	err = errno;
 	if (err == EINPROGRESS || err == EINTR) {
-		/* It goes on in the background: the progress thread sends the HELLO then. */
-		ss_bg_watch(s, EPOLLOUT);
+		/* It goes on in the background: the application's next call, or the nudge. */
+		ss_bg_kick(s, ss_nudge_at());
 		return -err;
 	}
 	ss_client_record(s, SS_DEST_UNKNOWN);

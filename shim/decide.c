@@ -54,6 +54,11 @@ uint32_t ss_new_nonce(void)
 	return n;
 }
 
+uint64_t ss_nudge_at(void)
+{
+	return (ss_now_ms() / SS_NUDGE_MS + 2) * SS_NUDGE_MS;
+}
+
 uint64_t ss_deadline_in(int ms)
 {
 	return ss_now_ms() + (uint64_t)ms;
@@ -71,7 +76,7 @@ int ss_rtt_ms(int fd)
 
 int ss_send_msg(int fd, const struct ss_msg *m, int ms)
 {
-	return ss_hs_write(&ss_real_io, fd, m, ss_deadline_in(ms));
+	return ss_hs_write(&ss_real_io, fd, m, ms ? ss_deadline_in(ms) : 0);
 }
 
 static const struct ss_conn_hooks decide_hooks = {.ready = ss_ready_conn};

@@ -424,6 +424,7 @@ static void io_decide_for_write(struct ss_sock *s, int fd)
 		s->strip = SS_STRIP_HELLO;
 		if (s->tcp_fd >= 0) {
 			ss_tp->worker_unwatch(ss_w, &s->watch);
+			ss_tp->worker_timer_cancel(ss_w, &s->kick);
 			ss_real.close(s->tcp_fd);
 			s->tcp_fd = -1;
 		}

@@ -27,6 +27,7 @@ static void server_stop_watch(struct ss_sock *s)
 	if (s->tcp_fd < 0)
 		return;
 	ss_tp->worker_unwatch(ss_w, &s->watch);
+	ss_tp->worker_timer_cancel(ss_w, &s->kick);
 	ss_real.close(s->tcp_fd);
 	s->tcp_fd = -1;
 }
@@ -77,13 +78,17 @@ void ss_server_accepted(struct ss_sock *s, int fd)
 	if (ss_sock_state(s) != SS_SOCK_ACCEPTED || server_ack_if_hello(s, fd) == SERVER_DONE ||
 	    ss_bg_start(s) != 0)
 		goto out;
-	/* Not there yet: the progress thread watches a private name of the connection. */
+	/*
+	 * Not there yet: the application's first I/O answers it, or else the
+	 * progress thread, soon, through a private name of the connection
+	 * (then it watches that name).
+	 */
 	s->tcp_fd = ss_private_fd(fd);
 	if (s->tcp_fd < 0) {
 		s->tcp_fd = -1;
 		goto out;
 	}
-	ss_bg_watch(s, EPOLLIN);
+	ss_bg_kick(s, ss_nudge_at());
 out:
 	pthread_mutex_unlock(&s->lock);
 }

@@ -181,7 +181,17 @@ void ss_sock_put(struct ss_sock *s)
 		ss_tp->worker_timer_cancel(ss_w, &s->kick);
 		ss_tp->worker_unwatch(ss_w, &s->watch);
 		s->grave.fn = sock_free_deferred;
-		ss_tp->worker_defer(ss_w, &s->grave);
+		/*
+		 * An entry that holds no fd and no connection waits for the
+		 * thread's next pass (its status slot goes now; no callback
+		 * that can still run reaches it).
+		 */
+		if (s->tcp_fd < 0 && s->shim_fd < 0 && !s->conn) {
+			ss_stats_conn_close(s->stat);
+			s->stat = NULL;
+			ss_tp->worker_defer_lazy(ss_w, &s->grave);
+		} else
+			ss_tp->worker_defer(ss_w, &s->grave);
 		return;
 	}
 	sock_free(s);

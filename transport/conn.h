@@ -99,6 +99,14 @@ struct ss_defer {
 void ss_worker_defer(struct ss_worker *w, struct ss_defer *d);
 
 /*
+ * As ss_worker_defer, for work that holds nothing but memory: the progress
+ * thread is not woken for it, only once SS_DEFER_LAZY_MAX such works wait;
+ * they run at its next pass.
+ */
+#define SS_DEFER_LAZY_MAX 64
+void ss_worker_defer_lazy(struct ss_worker *w, struct ss_defer *d);
+
+/*
  * Arms t to fire at at (ms, the one clock) or earlier: an armed timer only
  * moves earlier, never later (transport/timer.h); t->fire runs on the
  * progress thread.
@@ -386,6 +394,7 @@ struct ss_transport_ops {
 	int (*worker_watch)(struct ss_worker *w, struct ss_watch *wt, int fd, unsigned events);
 	void (*worker_unwatch)(struct ss_worker *w, struct ss_watch *wt);
 	void (*worker_defer)(struct ss_worker *w, struct ss_defer *d);
+	void (*worker_defer_lazy)(struct ss_worker *w, struct ss_defer *d);
 	void (*worker_timer_arm)(struct ss_worker *w, struct ss_timer *t, uint64_t at);
 	void (*worker_timer_cancel)(struct ss_worker *w, struct ss_timer *t);
 	int (*worker_poll)(struct ss_worker *w);

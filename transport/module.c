@@ -25,6 +25,7 @@ __attribute__((visibility("default"))) const struct ss_transport_ops ss_transpor
 	.worker_watch = ss_worker_watch,
 	.worker_unwatch = ss_worker_unwatch,
 	.worker_defer = ss_worker_defer,
+	.worker_defer_lazy = ss_worker_defer_lazy,
 	.worker_timer_arm = ss_worker_timer_arm,
 	.worker_timer_cancel = ss_worker_timer_cancel,
 	.worker_poll = ss_worker_poll,

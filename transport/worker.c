@@ -302,9 +302,9 @@ void ss_worker_timer_arm(struct ss_worker *w, struct ss_timer *t, uint64_t at)
 	pthread_mutex_lock(&w->tasks_lock);
 	if (ss_timers_arm(&w->timers, t, at) != 0)
 		ss_log_error("no memory for a timer: a deadline is lost");
-	earliest = ss_timers_next(&w->timers) == at;
+	earliest = ss_timers_next(&w->timers) == at && at < w->sleep_until;
 	pthread_mutex_unlock(&w->tasks_lock);
-	/* The thread may sleep until a later deadline: it must look again. */
+	/* The thread sleeps until a later deadline: it must look again. */
 	if (earliest)
 		ss_worker_wake(w);
 }
@@ -342,13 +342,29 @@ void ss_worker_unwatch(struct ss_worker *w, struct ss_watch *wt)
 	wt->added = false;
 }
 
-void ss_worker_defer(struct ss_worker *w, struct ss_defer *d)
+/* Queues d; returns whether the progress thread must be woken for it. */
+static bool worker_queue_deferred(struct ss_worker *w, struct ss_defer *d, bool lazy)
 {
+	bool wake;
+
 	pthread_mutex_lock(&w->tasks_lock);
 	d->next = w->deferred;
 	w->deferred = d;
+	wake = !lazy || ++w->deferred_lazy >= SS_DEFER_LAZY_MAX;
 	pthread_mutex_unlock(&w->tasks_lock);
-	ss_worker_wake(w);
+	return wake;
+}
+
+void ss_worker_defer(struct ss_worker *w, struct ss_defer *d)
+{
+	if (worker_queue_deferred(w, d, false))
+		ss_worker_wake(w);
+}
+
+void ss_worker_defer_lazy(struct ss_worker *w, struct ss_defer *d)
+{
+	if (worker_queue_deferred(w, d, true))
+		ss_worker_wake(w);
 }
 
 /* Runs the deferred work (progress thread, between event batches). */
@@ -359,6 +375,7 @@ static void run_deferred(struct ss_worker *w)
 	pthread_mutex_lock(&w->tasks_lock);
 	d = w->deferred;
 	w->deferred = NULL;
+	w->deferred_lazy = 0;
 	pthread_mutex_unlock(&w->tasks_lock);
 	for (; d; d = next) {
 		next = d->next;
@@ -562,6 +579,24 @@ static int free_graveyard(struct ss_worker *w, uint64_t now)
 	return first == UINT64_MAX ? -1 : (int)(first - now);
 }
 
+/*
+ * Records when the coming sleep (timeout ms from now, -1: none) ends, so
+ * that arming a timer due no earlier wakes nobody; a timer armed since the
+ * timeout was computed shortens it. Returns the timeout to sleep.
+ */
+static int worker_sleep_until(struct ss_worker *w, uint64_t now, int timeout)
+{
+	uint64_t next;
+
+	pthread_mutex_lock(&w->tasks_lock);
+	next = ss_timers_next(&w->timers);
+	if (next != UINT64_MAX && (timeout < 0 || next < now + (uint64_t)timeout))
+		timeout = next > now ? (int)(next - now) : 0;
+	w->sleep_until = timeout < 0 ? UINT64_MAX : now + (uint64_t)timeout;
+	pthread_mutex_unlock(&w->tasks_lock);
+	return timeout;
+}
+
 static void *progress_main(void *arg)
 {
 	struct ss_worker *w = arg;
@@ -632,6 +667,7 @@ static void *progress_main(void *arg)
 			timeout = t_free;
 		if (t_pub >= 0 && (timeout < 0 || t_pub < timeout))
 			timeout = t_pub;
+		timeout = worker_sleep_until(w, now, timeout);
 	}
 	return NULL;
 }
@@ -653,6 +689,7 @@ int ss_worker_get(struct ss_worker **worker_p)
 	}
 	pthread_mutex_init(&w->lock, NULL);
 	pthread_mutex_init(&w->tasks_lock, NULL);
+	w->sleep_until = UINT64_MAX; /* the first sleep has no end */
 	atomic_store_explicit(&w->ep_tag, SS_TAG_WAKE, memory_order_release);
 	w->epfd = ss_sys_epoll_create();
 	w->evfd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);

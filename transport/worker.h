@@ -71,7 +71,14 @@ struct ss_worker {
 	atomic_int ep_tag; /* SS_TAG_WAKE, for evfd */
 	pthread_t thread;
 	struct ss_conn *graveyard; /* destroyed conns the thread frees */
+	/*
+	 * When the progress thread's current sleep ends on its own (ms, the one
+	 * clock; UINT64_MAX: never); written under tasks_lock. A timer due no
+	 * earlier needs no wake-up: the thread looks at the timers then.
+	 */
+	uint64_t sleep_until;
 	struct ss_defer *deferred; /* work queued with ss_worker_defer() */
+	int deferred_lazy;         /* of which queued without a wake-up */
 	struct ss_timers timers;   /* deadlines of connections (and of the shim's work) */
 	struct ss_no_dev no_dev[SS_NO_DEV_SLOTS];
 	unsigned no_dev_next;
