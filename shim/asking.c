@@ -20,6 +20,7 @@
 #include <errno.h>
 #include <poll.h>
 #include <stdlib.h>
+#include <sys/epoll.h>
 #include <sys/socket.h>
 
 #include "shim/real.h"
@@ -75,8 +76,11 @@ static bool asking_flush(struct ss_sock *s)
 		ssize_t n =
 			ss_real.send(s->tcp_fd, s->hold, s->hold_len, MSG_DONTWAIT | MSG_NOSIGNAL);
 
-		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+			/* The rest as the socket drains, whether or not the application calls. */
+			ss_bg_watch(s, EPOLLOUT);
 			return true;
+		}
 		if (n < 0) {
 			/* The connection failed: the application's next call meets the error. */
 			ss_log_warn("fd %d: %zu held bytes not sent: %s", s->fds[0], s->hold_len,
@@ -94,6 +98,11 @@ static bool asking_flush(struct ss_sock *s)
 /* The server is not ours to keep talking to: a plain connection replaces this one. */
 static void asking_reconnect(struct ss_sock *s, enum ss_reason why)
 {
+	/* Closed by the application (its bytes are delivered in the background): no names. */
+	if (s->n_fds == 0) {
+		ss_client_reconnect(s, why);
+		return;
+	}
 	if (ss_enter_pair(s) == 0) {
 		ss_client_reconnect(s, why);
 		return;
@@ -121,8 +130,11 @@ static void asking_answers(struct ss_sock *s)
 			ss_bg_kick(s, ss_deadline_in(2)); /* the rest of it is looked for shortly */
 			return;
 		}
-		if (ours && m.type == SS_MSG_ACK)
+		if (ours && m.type == SS_MSG_ACK) {
+			/* A server that acknowledges (it ignores bit 3): the acknowledged wait. */
+			s->deadline = ss_deadline_in(ss_cfg.acked_timeout_ms);
 			continue;
+		}
 		if (ours && (m.type == SS_MSG_LATER || m.type == SS_MSG_DECLINE ||
 			     m.type == SS_MSG_ACCEPT)) {
 			ss_client_record(s, SS_DEST_SHIMMED);
@@ -194,8 +206,11 @@ bool ss_asking_step(struct ss_sock *s)
 		return ss_sock_state(s) == SS_SOCK_RECONNECTING;
 	if (s->answered)
 		return true;
-	if (ss_now_ms() < s->deadline)
+	if (ss_now_ms() < s->deadline) {
+		/* A nudge that came first did not keep the deadline (a kick only moves earlier). */
+		ss_bg_kick(s, s->deadline);
 		return true;
+	}
 	/* Silence: a plain server waiting for us to speak, or one that never accepts. */
 	ss_log_info("fd %d: no answer to the HELLO in time: connecting again", s->fds[0]);
 	ss_client_record(s, SS_DEST_PLAIN);
@@ -205,7 +220,7 @@ bool ss_asking_step(struct ss_sock *s)
 
 int ss_asking_connect(struct ss_sock *s, int fd)
 {
-	int err;
+	int err, ret;
 
 	s->tcp_fd = ss_bg_start(s) == 0 ? ss_private_fd(fd) : -1;
 	if (s->tcp_fd < 0) {
@@ -217,20 +232,59 @@ int ss_asking_connect(struct ss_sock *s, int fd)
 	}
 	s->hold_max = SS_HOLD_MAX;
 	ss_sock_set_state(s, SS_SOCK_ASKING);
-	/* The application's own socket: a blocking connect waits in the kernel, as TCP's. */
-	if (ss_real.connect(fd, (struct sockaddr *)&s->dst, s->dst_len) == 0) {
+	/*
+	 * The application's own socket: a blocking connect waits in the
+	 * kernel, as TCP's, without our lock (another thread's shutdown or
+	 * close, or a signal handler's call, must not wait for it); the calls
+	 * meanwhile find ASKING with its connect not ended.
+	 */
+	pthread_mutex_unlock(&s->lock);
+	ret = ss_real.connect(fd, (struct sockaddr *)&s->dst, s->dst_len);
+	err = errno;
+	pthread_mutex_lock(&s->lock);
+	if (ret == 0) {
 		s->reported = true;
 		if (ss_asking_step(s))
 			ss_bg_kick(s, ss_nudge_at());
 		return 0;
 	}
-	err = errno;
 	if (err == EINPROGRESS || err == EINTR) {
 		/* It goes on in the background: the application's next call, or the nudge. */
 		ss_bg_kick(s, ss_nudge_at());
 		return -err;
 	}
-	ss_client_record(s, SS_DEST_UNKNOWN);
-	asking_plain(s, SS_REASON_NONE);
+	if (ss_sock_state(s) == SS_SOCK_ASKING) {
+		ss_client_record(s, SS_DEST_UNKNOWN);
+		asking_plain(s, SS_REASON_NONE);
+	}
 	return -err;
+}
+
+/*
+ * Ends s's negotiation if it is ASKING, in the caller's thread: the answer
+ * and the held bytes, waited for in slices (the progress thread may finish
+ * it meanwhile) until end (ms).
+ */
+static uint64_t asking_finish_end;
+static void asking_finish(struct ss_sock *s)
+{
+	pthread_mutex_lock(&s->lock);
+	while (ss_sock_state(s) == SS_SOCK_ASKING && ss_asking_step(s) &&
+	       ss_now_ms() < asking_finish_end) {
+		struct pollfd p = {.fd = s->tcp_fd, .events = ss_asking_events(s)};
+
+		pthread_mutex_unlock(&s->lock);
+		ss_real.poll(&p, 1, 10);
+		pthread_mutex_lock(&s->lock);
+	}
+	pthread_mutex_unlock(&s->lock);
+}
+
+void ss_asking_finish_all(void)
+{
+	/* A handler that interrupted a shim call may fork: that call may hold a socket's lock. */
+	if (ss_in_call)
+		return;
+	asking_finish_end = ss_deadline_in(ss_cfg.linger_ms);
+	ss_sock_for_each_held(asking_finish);
 }

@@ -104,10 +104,13 @@ void ss_client_reconnect(struct ss_sock *s, enum ss_reason why)
 	ss_tp->worker_unwatch(ss_w, &s->watch);
 	/* No TIME_WAIT left behind: the server only ever sees a reset probe. */
 	ss_real.setsockopt(s->tcp_fd, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg));
-	/* A wait still asleep on it (it was the application's own, asking.c) wakes and looks again.
+	/*
+	 * A wait still asleep on it (it was the application's own, asking.c)
+	 * wakes and looks again; SHUT_RD sends nothing (a FIN would end the
+	 * server's stream cleanly before the reset).
 	 */
 	if (s->hello_sent)
-		ss_real.shutdown(s->tcp_fd, SHUT_RDWR);
+		ss_real.shutdown(s->tcp_fd, SHUT_RD);
 	ss_real.close(s->tcp_fd);
 	s->tcp_fd = -1;
 	nfd = ss_real.socket(s->domain, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);

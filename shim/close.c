@@ -56,6 +56,11 @@ static bool close_delivered_now(struct ss_sock *s)
 	case SS_SOCK_UPGRADED:
 		/* Failed (reset) counts as over: nothing more can be delivered. */
 		return ss_tp->conn_drain(s->conn, 0) != -ETIMEDOUT;
+	/* Still negotiating (a close of ASKING hands it to the progress thread): not yet. */
+	case SS_SOCK_CONNECTING:
+	case SS_SOCK_PROBING:
+	case SS_SOCK_RECONNECTING:
+	case SS_SOCK_ASKING:
 	case SS_SOCK_FALLBACK: return false;
 	default: return true;
 	}
@@ -84,13 +89,17 @@ void ss_close_delivered(struct ss_sock *s)
 		ss_bg_kick(s, ss_now_ms());
 }
 
-/* Hands the delivery of s over to the progress thread until end (ms); s keeps a reference. */
+/*
+ * Hands the delivery of s (its connection c, or its negotiation when c is
+ * NULL) over to the progress thread until end (ms); s keeps a reference.
+ */
 static void close_in_background(struct ss_sock *s, struct ss_conn *c, uint64_t end)
 {
 	pthread_mutex_lock(&s->lock);
 	if (ss_bg_start(s) != 0) {
 		pthread_mutex_unlock(&s->lock);
-		ss_tp->conn_drain(c, (int)(end > ss_now_ms() ? end - ss_now_ms() : 0));
+		if (c)
+			ss_tp->conn_drain(c, (int)(end > ss_now_ms() ? end - ss_now_ms() : 0));
 		return;
 	}
 	pthread_mutex_unlock(&s->lock);
@@ -99,7 +108,8 @@ static void close_in_background(struct ss_sock *s, struct ss_conn *c, uint64_t e
 	s->close_deadline = end;
 	atomic_store_explicit(&s->closing, true, memory_order_release);
 	/* Its hook says when all is delivered (ss_close_delivered), at once if so already. */
-	ss_tp->conn_linger(c);
+	if (c)
+		ss_tp->conn_linger(c);
 	ss_bg_kick(s, ss_now_ms());
 }
 
@@ -111,13 +121,21 @@ void ss_sock_finish(struct ss_sock *s, bool may_block)
 	int linger = -1;
 
 	pthread_mutex_lock(&s->lock);
+	if (ss_sock_state(s) == SS_SOCK_ASKING) {
+		/*
+		 * Starting on TCP: close returns at once, as TCP's; the answer and
+		 * then the held bytes are the progress thread's (their socket lives
+		 * on as tcp_fd), within SRQSHIM_LINGER_MS.
+		 */
+		pthread_mutex_unlock(&s->lock);
+		close_in_background(s, NULL, end);
+		return;
+	}
 	/* A negotiation in progress ends first: its held bytes go wherever it decides. */
 	while (ss_client_step(s) && ss_now_ms() < end) {
-		int st = ss_sock_state(s);
 		struct pollfd p = {.fd = s->tcp_fd,
-				   .events = st == SS_SOCK_ASKING    ? ss_asking_events(s)
-					     : st == SS_SOCK_PROBING ? POLLIN
-								     : POLLOUT};
+				   .events =
+					   ss_sock_state(s) == SS_SOCK_PROBING ? POLLIN : POLLOUT};
 		uint64_t until = s->deadline && s->deadline < end ? s->deadline : end;
 		uint64_t now = ss_now_ms();
 

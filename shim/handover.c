@@ -145,6 +145,7 @@ static void handover_move_inherited(void)
 
 void ss_down_before_exec(const posix_spawn_file_actions_t *fa)
 {
+	ss_asking_finish_all();
 	handover_fa = fa;
 	handover_move_inherited();
 	/* A forked child's: the owner moves them (inherit.c). */
@@ -164,6 +165,7 @@ void ss_down_before_ring(void)
 		ss_log_info("an io_uring ring: every connection moves back to TCP, and new ones "
 			    "stay there");
 	handover_all = true;
+	ss_asking_finish_all();
 	handover_move_inherited();
 	handover_all = false;
 }

@@ -479,9 +479,20 @@ static ssize_t io_hold(struct ss_sock *s, const struct iovec *iov, int n, int st
 	ssize_t r = -SS_REDO;
 
 	pthread_mutex_lock(&s->lock);
-	/* Starting on TCP: the HELLO goes out first, and the answer may be in. */
-	if (st == SS_SOCK_ASKING)
+	/*
+	 * Starting on TCP: the HELLO goes out first, and the answer may be in.
+	 * The hold grows as a socket's buffer would, to SS_ASKING_HOLD_MAX:
+	 * the fd is the TCP socket, which shows writable whatever we hold, so
+	 * a write must not say EAGAIN before that bound.
+	 */
+	if (st == SS_SOCK_ASKING) {
+		size_t want = s->hold_len + ss_iov_total(iov, n), max = s->hold_max;
+
 		ss_client_step(s);
+		while (max < want && max < SS_ASKING_HOLD_MAX)
+			max *= 2;
+		ss_hold_reserve(s, max < SS_ASKING_HOLD_MAX ? max : SS_ASKING_HOLD_MAX);
+	}
 	if (ss_sock_state(s) == st) {
 		r = (ssize_t)ss_hold_append(s, iov, n);
 		if (st == SS_SOCK_FALLBACK)

@@ -275,14 +275,18 @@ static int poll_once(struct pollfd *fds, nfds_t n, int timeout_ms, const sigset_
 		if (s && ss_sock_state(s) == SS_SOCK_UPGRADED) {
 			pc.socks[i] = s;
 			ours++;
-		} else if (s && poll_on_mirror(s)) {
+		} else if (s && (poll_on_mirror(s) || ss_sock_state(s) == SS_SOCK_ASKING)) {
 			/*
 			 * The kernel asks the mirror; should it upgrade meanwhile,
-			 * the mirror keeps showing the truth.
+			 * the mirror keeps showing the truth. Starting on TCP, the
+			 * kernel asks the socket itself, which a reconnect may
+			 * replace by our socketpair end (a kernel poll keeps the
+			 * object it began with): in slices too.
 			 */
 			ss_ready_mirror_get(s);
 			mir[mirrored++] = s;
-			moving |= ss_sock_state(s) == SS_SOCK_FALLBACK;
+			moving |= ss_sock_state(s) == SS_SOCK_FALLBACK ||
+				  ss_sock_state(s) == SS_SOCK_ASKING;
 		} else {
 			/* An epoll instance polled here is answered by the kernel from now on. */
 			if (!s && fds[i].fd >= 0 && ss_epoll_is_ours(fds[i].fd))
@@ -377,7 +381,8 @@ int ss_select(int nfds, fd_set *rd, fd_set *wr, fd_set *ex, int timeout_ms, cons
 		    (ex && FD_ISSET(fd, ex))) {
 			struct ss_sock *s = ss_sock_get(fd);
 
-			any = s && (ss_sock_state(s) == SS_SOCK_UPGRADED || poll_on_mirror(s));
+			any = s && (ss_sock_state(s) == SS_SOCK_UPGRADED || poll_on_mirror(s) ||
+				    ss_sock_state(s) == SS_SOCK_ASKING);
 			ss_sock_put(s);
 		}
 	if (!any)

@@ -3,9 +3,11 @@
  * "Rules"). The decision is made at the first I/O of the process that
  * serves the connection (so a forking server upgrades in the child), but a
  * HELLO is acknowledged as soon as any process that has the connection
- * sees it: at accept() when it is there already, else by the progress
- * thread when it comes. An acknowledged client never drops the connection,
- * however long our application takes to do its first I/O.
+ * sees it: at accept() when it is there already, else by the first I/O or
+ * by the progress thread after a nudge (ss_nudge_at), watching for it from
+ * then on. An acknowledged client never drops the connection, however
+ * long our application takes to do its first I/O. A HELLO that asks to
+ * start on TCP (SS_CAP_LATE) is answered LATER the same way.
  */
 #include <errno.h>
 #include <string.h>

@@ -68,6 +68,14 @@ static void forget_stats(struct ss_sock *s)
 	s->stat = NULL;
 }
 
+/* Before fork(): connections starting on TCP finish first (a child must not write before our
+ * held bytes, nor read our answer); then the inheritance's mark. */
+static void before_fork(void)
+{
+	ss_asking_finish_all();
+	ss_inherit_forked();
+}
+
 /*
  * The child of a fork: every lock of the shim is made anew first (a parent
  * thread may have held any of them, in a negotiation or a close), then
@@ -112,7 +120,7 @@ __attribute__((constructor)) static void ss_shim_init(void)
 	ss_test_delays_load();
 	ss_real_init();
 	atomic_store_explicit(&ss_pid, getpid(), memory_order_relaxed);
-	pthread_atfork(ss_inherit_forked, NULL, after_fork_child);
+	pthread_atfork(before_fork, NULL, after_fork_child);
 }
 
 void ss_shim_leaving(bool close_open)

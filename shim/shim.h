@@ -61,6 +61,8 @@ uint64_t ss_nudge_at(void);
 
 /* Bytes a connection holds before its decision (writes beyond wait or fail with EAGAIN). */
 #define SS_HOLD_MAX (64u << 10)
+/* ... when it starts on TCP (asking.c): the hold grows to this as a socket buffer would. */
+#define SS_ASKING_HOLD_MAX (4u << 20)
 
 /* ---- fds and the readiness mirror (mirror.c) ---- */
 
@@ -198,6 +200,14 @@ bool ss_asking_step(struct ss_sock *s);
 
 /* What an ASKING socket waits for on its TCP socket: POLLOUT or POLLIN. */
 short ss_asking_events(const struct ss_sock *s);
+
+/*
+ * Before a fork, an exec or an io_uring ring: every ASKING socket's answer
+ * and held bytes, waited for here (within SRQSHIM_LINGER_MS), so that
+ * another process or the ring gets a plain socket with nothing held
+ * before its own bytes. Not from a signal handler inside a shim call.
+ */
+void ss_asking_finish_all(void);
 
 /* ---- server (server.c) ---- */
 

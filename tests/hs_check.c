@@ -24,7 +24,9 @@
  *       the parent's thread held at the fork (5 s at most)
  *   hs_check client ADDR PORT BYTES [nb] [greet]
  *       connects (nb: non-blocking connect, poll and non-blocking I/O),
- *       reads the greeting (greet), sends the request, reads the echo
+ *       reads the greeting (greet; with nb, after poll says it is there,
+ *       so no call on the socket comes before it), sends the request,
+ *       reads the echo
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -237,6 +239,8 @@ static void run_client(const char *addr, int port, size_t bytes, bool nb, bool g
 	if (!buf)
 		prog_die("malloc");
 	if (greet) {
+		if (nb)
+			wait_for(s, POLLIN);
 		if (read_full(s, g, sizeof(g)) != sizeof(g)) {
 			fprintf(stderr, "hs_check: client: greeting cut\n");
 			exit(1);

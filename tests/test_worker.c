@@ -1,7 +1,8 @@
 /*
  * The progress thread's wake-up rules (transport/worker.c), with no
- * device: its eventfd is written for a timer that becomes the earliest
- * armed and for deferred work, so that neither waits for a later
+ * device: its eventfd is written for a timer due before the thread's
+ * current sleep ends and for deferred work (lazy work: once
+ * SS_DEFER_LAZY_MAX of it waits), so that neither waits for a later
  * deadline the thread sleeps until, or for nothing. Each case makes the thread sleep first (on
  * nothing, or until a far deadline), then asks for something sooner and requires it to happen long
  * before that far deadline. A missed wake-up leaves the thread asleep: the case fails at its bound
@@ -90,7 +91,7 @@ static void worker_probe_init(struct worker_probe *p, struct ss_worker *w)
 	p->d.fn = worker_defer_cb;
 }
 
-enum worker_step_op { W_END, W_ARM, W_CANCEL, W_DEFER, W_SLEEP, W_FIRED, W_NOT_FIRED };
+enum worker_step_op { W_END, W_ARM, W_CANCEL, W_DEFER, W_LAZY, W_SLEEP, W_FIRED, W_NOT_FIRED };
 
 struct worker_step {
 	enum worker_step_op op;
@@ -123,6 +124,15 @@ static const struct worker_script worker_scripts[] = {
 	{"deferred work queued while the thread sleeps until a far deadline runs",
 	 {{W_ARM, 0, WORKER_FAR_MS, -1, 0}, {W_SLEEP, 0, 50, -1, 0}, {W_DEFER, 1, 0, -1, 0},
 	  {W_FIRED, 1, 0, -1, 0}, {W_CANCEL, 0, 0, -1, 0}}},
+	{"a timer due after the thread's sleep ends fires (no wake-up needed)",
+	 {{W_ARM, 0, 60, -1, 0}, {W_SLEEP, 0, 10, -1, 0}, {W_ARM, 1, 120, -1, 0},
+	  {W_FIRED, 0, 0, -1, 0}, {W_FIRED, 1, 0, -1, 0}}},
+	{"the timer the thread sleeps until cancelled, a later one still fires",
+	 {{W_ARM, 0, 60, -1, 0}, {W_SLEEP, 0, 10, -1, 0}, {W_CANCEL, 0, 0, -1, 0},
+	  {W_ARM, 1, 100, -1, 0}, {W_FIRED, 1, 0, -1, 0}, {W_NOT_FIRED, 0, 0, -1, 0}}},
+	{"lazy work runs at the thread's next pass (a timer's)",
+	 {{W_SLEEP, 0, 50, -1, 0}, {W_LAZY, 1, 0, -1, 0}, {W_NOT_FIRED, 1, 0, -1, 0},
+	  {W_ARM, 0, 30, -1, 0}, {W_FIRED, 0, 0, -1, 0}, {W_FIRED, 1, 0, -1, 0}}},
 	{"work queued behind queued work, and work queued by work, all run",
 	 {{W_SLEEP, 0, 50, -1, 0}, {W_DEFER, 0, 0, 2, 0}, {W_DEFER, 1, 0, -1, 0},
 	  {W_FIRED, 0, 0, -1, 0}, {W_FIRED, 1, 0, -1, 0}, {W_FIRED, 2, 0, -1, 0},
@@ -156,6 +166,7 @@ static void test_worker_scripts(void **state)
 				else
 					ss_worker_defer(w, &p->d);
 				break;
+			case W_LAZY: ss_worker_defer_lazy(w, &p->d); break;
 			case W_CANCEL: ss_worker_timer_cancel(w, &p->t); break;
 			case W_SLEEP: worker_sleep_ms(st->ms); break;
 			case W_FIRED:
@@ -170,10 +181,37 @@ static void test_worker_scripts(void **state)
 	}
 }
 
+/*
+ * Lazy work wakes the thread once SS_DEFER_LAZY_MAX of it waits: queued
+ * while the thread sleeps on nothing, all of it runs (one short of the
+ * bound, none did: nothing else woke the thread).
+ */
+static void test_worker_lazy_bound(void **state)
+{
+	struct ss_worker *w = worker_the();
+	struct worker_probe probes[SS_DEFER_LAZY_MAX];
+
+	(void)state;
+	worker_sleep_ms(50); /* whatever ran before is done: the thread sleeps on nothing */
+	for (int k = 0; k < SS_DEFER_LAZY_MAX; k++) {
+		worker_probe_init(&probes[k], w);
+		ss_worker_defer_lazy(w, &probes[k].d);
+		if (k == SS_DEFER_LAZY_MAX - 2) {
+			worker_sleep_ms(50);
+			assert_int_equal(atomic_load(&probes[0].fired), 0);
+		}
+	}
+	for (int k = 0; k < SS_DEFER_LAZY_MAX; k++)
+		if (!worker_fired(&probes[k]))
+			fail_msg("lazy work %d of %d did not run within %d ms", k,
+				 SS_DEFER_LAZY_MAX, WORKER_BOUND_MS);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_worker_scripts),
+		cmocka_unit_test(test_worker_lazy_bound),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -31,7 +31,17 @@ hs_scenario "prompt server, non-blocking client" $L $L server - "0" "$S" "nb"
 # The server's application does its first I/O late: LATER still comes at once.
 hs_scenario "first I/O after the HELLO timeout" $L $L server - "500" "$S" ""
 hs_scenario "first I/O after the HELLO timeout, non-blocking" $L $L server - "500" "$S" "nb"
+# The same with the HELLO 100 ms after the connect, so that the server has
+# accepted before it is there: LATER comes from the server's progress
+# thread, at its nudge.
+hs_scenario "HELLO after the accept, first I/O after the HELLO timeout" $L $L server - "500" \
+	"$S SRQSHIM_TEST_DELAYS=client-hello=100" ""
 hs_scenario "server writes first, HELLO in time" $L $L server - "0 greet" "$S" "greet"
+# A non-blocking client that waits in poll for the greeting makes no call
+# that could send its HELLO: the progress thread's nudge sends it, within
+# the server's wait for it.
+hs_scenario "server writes first, non-blocking client waits for it" $L $L server \
+	- "0 greet" "$S" "nb greet"
 # The HELLO comes after the server's first write gave up waiting for it: the
 # client finds the greeting where LATER should be, resets that connection and
 # connects plain; the greeting comes again on the new one.
