@@ -53,6 +53,48 @@ hs_scenario "LATER after the HELLO timeout" tcp:peer-plain tcp:peer-plain server
 	"SRQSHIM_TEST_DELAYS=server-ack=800" "0" "$S" ""
 hs_scenario "accept after the HELLO timeout" tcp:peer-plain tcp:peer-plain late-accept - "600" "$S" ""
 
+# Programs that make no call the shim could use, each over kernel TCP then
+# under the shim (start_check.py): their lines and the payloads their
+# server received (a reset probe that carried a HELLO left out) must be the
+# same. start_case CASE SERVER_MODE SERVER_ENV CLIENT_ENV; SERVER_ENV "-":
+# a plain server (the client then resets its probe and connects again).
+SC=$(dirname "$0")/start_check.py
+start_case() {
+	local c=$1 smode=$2 senv=$3 cenv=$4 how spid
+	for how in tcp shim; do
+		port=$((port + 1))
+		pre_s=(env); pre_c=(env)
+		if [ $how = shim ]; then
+			[ "$senv" = - ] || pre_s=("${SERVED[@]}" $senv)
+			pre_c=("${SHIMMED[@]}" $S $cenv)
+		fi
+		"${pre_s[@]}" python3 "$SC" server "$ADDR" $port $smode > "$WORK/sc.$how.srv" 2>&1 &
+		spid=$!
+		wait_listen $port
+		"${pre_c[@]}" timeout 60 python3 "$SC" $c "$ADDR" $port > "$WORK/sc.$how.cli" 2>&1 ||
+			{ cat "$WORK/sc.$how.cli"; fail "$c ($how): the client failed"; }
+		sleep 1 # each connection's line comes at its end
+		kill $spid; wait $spid 2>/dev/null || true
+		grep -v "<probe>" "$WORK/sc.$how.srv" | sed 's/^conn [0-9]*: //' | sort > "$WORK/sc.$how.got"
+	done
+	diff -u <(cat "$WORK/sc.tcp.cli" "$WORK/sc.tcp.got") <(cat "$WORK/sc.shim.cli" "$WORK/sc.shim.got") ||
+		fail "$c: other than over TCP (- TCP, + shim)"
+	pass "$c: as over TCP: $(tr '\n' ' ' < "$WORK/sc.shim.cli")"
+}
+# close() before the answer, to a plain server: close returns at once, the
+# bytes come on the connection made again (the progress thread's work).
+start_case close silent - ""
+# An event loop waits in poll for the reply of a plain server: the HELLO
+# wait ends (the nudge does not replace the deadline), the connection is
+# made again under the poll (which waits in slices), and the reply comes.
+start_case poll reply - ""
+# fork() right after connect: the child's bytes, then an exec'd program's,
+# after what the parent's negotiation held.
+start_case fork silent "" ""
+# An edge-triggered writer of 200 KiB before the answer (LATER 500 ms late):
+# the hold takes it as a socket buffer would; no EAGAIN while writable.
+start_case et silent "SRQSHIM_TEST_DELAYS=server-ack=500" "SRQSHIM_HELLO_TIMEOUT_MS=3000"
+
 pkts=$(($(rdma_pkts) - pkts0))
 [ $pkts -eq 0 ] || fail "the device sent $pkts packets for connections that start on TCP"
 pass "no RDMA packet sent"

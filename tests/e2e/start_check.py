@@ -1,0 +1,110 @@
+#!/usr/bin/env python3
+"""start_check: what a TCP program sees of a connection that starts on TCP
+(tests/e2e/start.sh), in cases where the shim must step in for a program
+that makes no call it could use. One line per observation, the same over
+kernel TCP and under the shim; timings only as bounds far above TCP's.
+
+  start_check.py server ADDR PORT MODE    a plain server: each connection's
+      bytes to stdout at its end ("conn N: REPR"); MODE reply: answers
+      b"PONG\\n" to b"PING\\n"; silent: never writes
+  start_check.py CASE ADDR PORT           a client case:
+      close: writes, closes at once (close must not wait for the server)
+      poll:  non-blocking, writes, waits in poll for the reply
+      fork:  connects, forks; the child writes, then an exec'd program
+      et:    200 KiB from an edge-triggered epoll writer, then the end
+"""
+import os
+import select
+import socket
+import sys
+import threading
+import time
+
+
+def server(addr, port, mode):
+    ls = socket.socket()
+    ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    ls.bind((addr, port))
+    ls.listen(16)
+    print("listening", flush=True)
+    n = 0
+
+    def handle(c, k):
+        got = b""
+        while True:
+            try:
+                d = c.recv(65536)
+            except OSError as e:
+                got += b"<%s>" % e.__class__.__name__.encode()
+                break
+            if not d:
+                break
+            got += d
+            if mode == "reply" and got.endswith(b"PING\n"):
+                c.sendall(b"PONG\n")
+        # Only the bytes of the stream: a probe that carried a HELLO shows as its reset.
+        print("conn %d: %r" % (k, got if not got.startswith(b"\0SRQSHM") else b"<probe>"), flush=True)
+        c.close()
+
+    while True:
+        c, _ = ls.accept()
+        n += 1
+        threading.Thread(target=handle, args=(c, n), daemon=True).start()
+
+
+def case(which, addr, port):
+    t0 = time.time()
+    if which == "close":
+        s = socket.create_connection((addr, port))
+        s.sendall(b"DATA\n")
+        s.close()
+        print("close took under 0.5 s:", time.time() - t0 < 0.5, flush=True)
+    elif which == "poll":
+        s = socket.socket()
+        s.setblocking(False)
+        try:
+            s.connect((addr, port))
+        except BlockingIOError:
+            pass
+        p = select.poll()
+        p.register(s, select.POLLOUT)
+        print("connected:", p.poll(5000) != [], flush=True)
+        s.send(b"PING\n")
+        p.modify(s, select.POLLIN)
+        got = b""
+        while not got.endswith(b"PONG\n") and time.time() - t0 < 20:
+            p.poll(20000)
+            try:
+                got += s.recv(100)
+            except BlockingIOError:
+                pass
+        print("reply %r within 5 s: %s" % (got, time.time() - t0 < 5), flush=True)
+    elif which == "fork":
+        s = socket.create_connection((addr, port))
+        pid = os.fork()
+        if pid == 0:
+            print("child sent", s.send(b"PING\n"), flush=True)
+            os.set_inheritable(s.fileno(), True)
+            code = ("import socket; t = socket.socket(fileno=%d); "
+                    "print('exec sent', t.send(b'PING2\\n'), flush=True)" % s.fileno())
+            os.execvp(sys.executable, [sys.executable, "-c", code])
+        os.waitpid(pid, 0)
+    elif which == "et":
+        s = socket.create_connection((addr, port))
+        s.setblocking(False)
+        ep = select.epoll()
+        ep.register(s.fileno(), select.EPOLLOUT | select.EPOLLET)
+        data, off = b"x" * (200 * 1024), 0
+        while off < len(data) and time.time() - t0 < 20:
+            try:
+                off += s.send(data[off:])
+            except BlockingIOError:
+                ep.poll(5)
+        s.shutdown(socket.SHUT_WR)
+        print("sent %d within 3 s: %s" % (off, time.time() - t0 < 3), flush=True)
+
+
+if sys.argv[1] == "server":
+    server(sys.argv[2], int(sys.argv[3]), sys.argv[4])
+else:
+    case(sys.argv[1], sys.argv[2], int(sys.argv[3]))
