@@ -45,24 +45,13 @@ static struct ss_msg asking_hello(uint32_t nonce)
 	};
 }
 
-/* The private name of the socket goes (the application's names keep it). */
-static void asking_unwatch(struct ss_sock *s)
-{
-	if (s->tcp_fd < 0)
-		return;
-	ss_tp->worker_unwatch(ss_w, &s->watch);
-	ss_tp->worker_timer_cancel(ss_w, &s->kick);
-	ss_real.close(s->tcp_fd);
-	s->tcp_fd = -1;
-}
-
 /* Plain from here: the application's fd is the TCP socket already. */
 static void asking_plain(struct ss_sock *s, enum ss_reason why)
 {
 	free(s->hold);
 	s->hold = NULL;
 	s->hold_len = 0;
-	asking_unwatch(s);
+	ss_bg_stop_private(s);
 	ss_become_plain(s, why);
 }
 

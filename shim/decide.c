@@ -288,6 +288,16 @@ int ss_bg_start(struct ss_sock *s)
 	return 0;
 }
 
+void ss_bg_stop_private(struct ss_sock *s)
+{
+	if (s->tcp_fd < 0)
+		return;
+	ss_tp->worker_unwatch(ss_w, &s->watch);
+	ss_tp->worker_timer_cancel(ss_w, &s->kick);
+	ss_real.close(s->tcp_fd);
+	s->tcp_fd = -1;
+}
+
 void ss_bg_kick(struct ss_sock *s, uint64_t at)
 {
 	if (s->bg)

@@ -250,6 +250,19 @@ static int io_wait_upgraded(struct ss_sock *s, int fd, bool out, struct io_sig *
 /* The longest slice of the kernel's poll in a wait that looks at the state between slices. */
 #define IO_FIRST_SLICE_MAX_MS 256
 
+/* The next slice of a wait that ends at end (us; UINT64_MAX: never): at most slice ms, 0 when over.
+ */
+static int io_slice_ms(uint64_t end, int slice)
+{
+	uint64_t now, left_ms;
+
+	if (end == UINT64_MAX)
+		return slice;
+	now = ss_now_us();
+	left_ms = now >= end ? 0 : (end - now + 999) / 1000;
+	return left_ms < (uint64_t)slice ? (int)left_ms : slice;
+}
+
 /*
  * An ASKING client (asking.c), whose fd is its own TCP socket: the kernel's
  * poll for what the negotiation waits for (the connect's end, the answer,
@@ -272,15 +285,8 @@ static int io_wait_asking(struct ss_sock *s, int fd, bool out, struct io_sig *si
 		pthread_mutex_unlock(&s->lock);
 		if (ss_sock_state(s) != SS_SOCK_ASKING)
 			return 0;
-		if (end != UINT64_MAX) {
-			uint64_t now = ss_now_us(),
-				 left_ms = now >= end ? 0 : (end - now + 999) / 1000;
-
-			if (left_ms == 0)
-				return -EAGAIN;
-			if (left_ms < (uint64_t)wait)
-				wait = (int)left_ms;
-		}
+		if ((wait = io_slice_ms(end, slice)) == 0)
+			return -EAGAIN;
 		r = ss_real.poll(&p, 1, wait);
 		if (r < 0 && errno != EINTR)
 			return -errno;
@@ -368,17 +374,10 @@ static int io_wait_first_bytes(struct ss_sock *s, int fd, struct io_sig *sig)
 
 	while (ss_sock_state(s) == SS_SOCK_ACCEPTED) {
 		struct pollfd p = {.fd = fd, .events = POLLIN};
-		int wait = slice, r;
+		int wait = io_slice_ms(end, slice), r;
 
-		if (end != UINT64_MAX) {
-			uint64_t now = ss_now_us(),
-				 left_ms = now >= end ? 0 : (end - now + 999) / 1000;
-
-			if (left_ms == 0)
-				return -EAGAIN;
-			if (left_ms < (uint64_t)wait)
-				wait = (int)left_ms;
-		}
+		if (wait == 0)
+			return -EAGAIN;
 		if (slice == 1)
 			ss_test_delay(SS_TP_FIRST_READ);
 		r = ss_real.poll(&p, 1, wait);
@@ -422,12 +421,7 @@ static void io_decide_for_write(struct ss_sock *s, int fd)
 	if (ss_server_decide(s, fd, wait) == -EAGAIN && ss_sock_state(s) == SS_SOCK_ACCEPTED) {
 		/* No HELLO in time: plain, and a late HELLO is taken out of the stream. */
 		s->strip = SS_STRIP_HELLO;
-		if (s->tcp_fd >= 0) {
-			ss_tp->worker_unwatch(ss_w, &s->watch);
-			ss_tp->worker_timer_cancel(ss_w, &s->kick);
-			ss_real.close(s->tcp_fd);
-			s->tcp_fd = -1;
-		}
+		ss_bg_stop_private(s);
 		ss_become_plain(s, SS_REASON_PEER_PLAIN);
 	}
 	pthread_mutex_unlock(&s->lock);

@@ -23,17 +23,6 @@ enum server_look {
 	SERVER_PARTIAL, /* part of a message: look again shortly */
 };
 
-/* Stops the background watch of an accepted connection; its private fd goes. */
-static void server_stop_watch(struct ss_sock *s)
-{
-	if (s->tcp_fd < 0)
-		return;
-	ss_tp->worker_unwatch(ss_w, &s->watch);
-	ss_tp->worker_timer_cancel(ss_w, &s->kick);
-	ss_real.close(s->tcp_fd);
-	s->tcp_fd = -1;
-}
-
 /*
  * A HELLO that asks to start on TCP (SS_CAP_LATE), taken off the stream:
  * LATER, before any byte of ours, and the connection is plain. Any process
@@ -46,7 +35,7 @@ static void server_later(struct ss_sock *s, int fd, const struct ss_msg *hello)
 	ss_test_delay(SS_TP_SERVER_ACK);
 	if (ss_send_msg(fd, &m, 1000) != 0)
 		ss_log_warn("fd %d: LATER not sent: the client will connect again", fd);
-	server_stop_watch(s);
+	ss_bg_stop_private(s);
 	ss_become_plain(s, SS_REASON_LATER);
 }
 
@@ -100,7 +89,7 @@ bool ss_server_step(struct ss_sock *s)
 	switch (s->acked || s->tcp_fd < 0 ? SERVER_DONE : server_ack_if_hello(s, s->tcp_fd)) {
 	case SERVER_WAIT: return true;
 	case SERVER_PARTIAL: ss_bg_kick(s, ss_deadline_in(2)); return false;
-	default: server_stop_watch(s); return false;
+	default: ss_bg_stop_private(s); return false;
 	}
 }
 
@@ -114,7 +103,7 @@ static void server_plain(struct ss_sock *s, int fd, const struct ss_msg *hello, 
 		ss_tp->conn_destroy(s->conn); /* never upgraded: nobody else holds it */
 		s->conn = NULL;
 	}
-	server_stop_watch(s);
+	ss_bg_stop_private(s);
 	s->nonce = hello->nonce;
 	s->strip = SS_STRIP_NONCE;
 	ss_become_plain(s, r);
@@ -135,7 +124,7 @@ static void server_answer(struct ss_sock *s, int fd, const struct ss_msg *hello)
 	if (ss_hs_peek(&ss_real_io, fd, &m, 0, NULL, &used) == SS_HSR_MSG &&
 	    m.nonce == hello->nonce && m.type == SS_MSG_DECLINE &&
 	    ss_hs_consume(&ss_real_io, fd, used) == 0) {
-		server_stop_watch(s);
+		ss_bg_stop_private(s);
 		ss_become_plain(s, SS_REASON_TIMEOUT);
 		return;
 	}
@@ -188,19 +177,19 @@ int ss_server_decide(struct ss_sock *s, int fd, int wait_ms)
 		/* Our magic but nothing we can read: the bytes stay, for the application. */
 		ss_log_warn("fd %d: %s handshake from the client: staying on TCP, bytes untouched",
 			    fd, ss_dec_result_str(dec));
-		server_stop_watch(s);
+		ss_bg_stop_private(s);
 		ss_become_plain(s, dec == SS_DEC_UNSUPPORTED ? SS_REASON_VERSION
 							     : SS_REASON_MALFORMED);
 		return 0;
 	default:
 		/* Application bytes, end of file, or a handshake we cannot read: plain,
 		 * untouched. */
-		server_stop_watch(s);
+		ss_bg_stop_private(s);
 		ss_become_plain(s, SS_REASON_PEER_PLAIN);
 		return 0;
 	}
 	if (hello.type != SS_MSG_HELLO) {
-		server_stop_watch(s);
+		ss_bg_stop_private(s);
 		ss_become_plain(s, SS_REASON_MALFORMED);
 		return 0;
 	}

@@ -125,6 +125,13 @@ int ss_send_msg(int fd, const struct ss_msg *m, int ms);
 int ss_bg_start(struct ss_sock *s);
 
 /*
+ * A negotiation on the application's own socket ended: the progress
+ * thread's watch and kick of its private name (tcp_fd) stop, and the name
+ * is closed (the application's names keep the socket). Lock held.
+ */
+void ss_bg_stop_private(struct ss_sock *s);
+
+/*
  * Asks the progress thread to look at s again at (ms) at the latest: a look
  * asked for earlier is never postponed. This matters: when an application
  * thread holds s->lock as the watch fires, the progress thread asks for a
