@@ -87,12 +87,11 @@ static bool asking_flush(struct ss_sock *s)
 /* The server is not ours to keep talking to: a plain connection replaces this one. */
 static void asking_reconnect(struct ss_sock *s, enum ss_reason why)
 {
-	/* Closed by the application (its bytes are delivered in the background): no names. */
-	if (s->n_fds == 0) {
-		ss_client_reconnect(s, why);
-		return;
-	}
-	if (ss_enter_pair(s) == 0) {
+	/*
+	 * Our socketpair goes on the application's names first, unless it
+	 * closed them (its bytes are delivered in the background).
+	 */
+	if (s->n_fds == 0 || ss_enter_pair(s) == 0) {
 		ss_client_reconnect(s, why);
 		return;
 	}
@@ -211,14 +210,6 @@ int ss_asking_connect(struct ss_sock *s, int fd)
 {
 	int err, ret;
 
-	s->tcp_fd = ss_bg_start(s) == 0 ? ss_private_fd(fd) : -1;
-	if (s->tcp_fd < 0) {
-		s->tcp_fd = -1;
-		ss_client_record(s, SS_DEST_UNKNOWN);
-		ss_become_plain(s, SS_REASON_RESOURCE);
-		return ss_real.connect(fd, (struct sockaddr *)&s->dst, s->dst_len) == 0 ? 0
-											: -errno;
-	}
 	s->hold_max = SS_HOLD_MAX;
 	ss_sock_set_state(s, SS_SOCK_ASKING);
 	/*

@@ -419,12 +419,19 @@ static enum ss_reason client_prepare(struct ss_sock *s, int fd, const struct soc
 	if (dest == SS_DEST_PLAIN)
 		return SS_REASON_PEER_PLAIN;
 	s->dest_shimmed = dest == SS_DEST_SHIMMED;
-	/* Starting on TCP: nothing of an upgrade is made (asking.c). */
-	*ask = ss_cfg.start == SS_START_TCP;
-	if (*ask)
-		return SS_REASON_NONE;
-	r = client_predict_local(s, addr, alen, predicted) ? ss_make_conn(s, fd, predicted)
-							   : SS_REASON_RESOURCE;
+	if (ss_cfg.start == SS_START_TCP) {
+		/* Starting on TCP: nothing of an upgrade, only a private name to watch (asking.c).
+		 */
+		if (ss_bg_start(s) == 0 && (s->tcp_fd = ss_private_fd(fd)) >= 0) {
+			*ask = true;
+			return SS_REASON_NONE;
+		}
+		s->tcp_fd = -1;
+		r = SS_REASON_RESOURCE;
+	} else {
+		r = client_predict_local(s, addr, alen, predicted) ? ss_make_conn(s, fd, predicted)
+								   : SS_REASON_RESOURCE;
+	}
 	if (r == SS_REASON_NONE && (ss_bg_start(s) != 0 || ss_enter_pair(s) != 0))
 		r = SS_REASON_RESOURCE;
 	if (r == SS_REASON_NONE) {

@@ -235,18 +235,6 @@ static int io_wait_upgraded(struct ss_sock *s, int fd, bool out, struct io_sig *
 	}
 }
 
-/*
- * Sleeps until the application's fd (our socketpair end) shows what the
- * caller waits for: a blocking call on that end that ends when it does: a
- * peek at the readable token (or end of file), or a one-byte write that
- * goes through once the junk that shows "not writable" is gone (the byte
- * is junk too). Unlike poll(2), these are restarted after a signal handler
- * installed with SA_RESTART, and they honour SO_RCVTIMEO and SO_SNDTIMEO,
- * which the application's end carries: a TCP read or write would do the
- * same. An upgraded connection waits in user space instead
- * (io_wait_upgraded). Returns 0 (something changed: the caller tries
- * again), -EAGAIN (timeout) or -EINTR.
- */
 /* The longest slice of the kernel's poll in a wait that looks at the state between slices. */
 #define IO_FIRST_SLICE_MAX_MS 256
 
@@ -277,7 +265,7 @@ static int io_wait_asking(struct ss_sock *s, int fd, bool out, struct io_sig *si
 
 	while (ss_sock_state(s) == SS_SOCK_ASKING) {
 		struct pollfd p = {.fd = fd, .events = POLLIN};
-		int wait = slice, r;
+		int wait, r;
 
 		pthread_mutex_lock(&s->lock);
 		if (ss_client_step(s))
@@ -297,6 +285,18 @@ static int io_wait_asking(struct ss_sock *s, int fd, bool out, struct io_sig *si
 	return 0;
 }
 
+/*
+ * Sleeps until the application's fd (our socketpair end) shows what the
+ * caller waits for: a blocking call on that end that ends when it does: a
+ * peek at the readable token (or end of file), or a one-byte write that
+ * goes through once the junk that shows "not writable" is gone (the byte
+ * is junk too). Unlike poll(2), these are restarted after a signal handler
+ * installed with SA_RESTART, and they honour SO_RCVTIMEO and SO_SNDTIMEO,
+ * which the application's end carries: a TCP read or write would do the
+ * same. An upgraded connection waits in user space instead
+ * (io_wait_upgraded). Returns 0 (something changed: the caller tries
+ * again), -EAGAIN (timeout) or -EINTR.
+ */
 static int io_wait_app_fd(struct ss_sock *s, int fd, bool out, struct io_sig *sig)
 {
 	bool up = ss_sock_state(s) == SS_SOCK_UPGRADED;

@@ -238,14 +238,18 @@ static int poll_run(struct poll_call *pc, int timeout_ms, const sigset_t *mask, 
 	return ready;
 }
 
-/* Whether s is negotiating or falling back: our socketpair end shows what the shim says. */
+/*
+ * Whether s is negotiating or falling back, so that the kernel's wait on
+ * it may see its object change: our socketpair end shows what the shim
+ * says, or (ASKING) its own TCP socket, which a reconnect replaces by our
+ * socketpair end. An ACCEPTED one stays on its socket.
+ */
 static bool poll_on_mirror(struct ss_sock *s)
 {
 	int st = ss_sock_state(s);
 
-	/* ACCEPTED and ASKING are on their own TCP socket: the kernel answers for them. */
 	return st >= SS_SOCK_CONNECTING && st != SS_SOCK_ACCEPTED && st != SS_SOCK_UPGRADED &&
-	       st != SS_SOCK_PLAIN && st != SS_SOCK_ASKING;
+	       st != SS_SOCK_PLAIN;
 }
 
 /* The slice of a kernel wait on a socket falling back to TCP. */
@@ -275,7 +279,7 @@ static int poll_once(struct pollfd *fds, nfds_t n, int timeout_ms, const sigset_
 		if (s && ss_sock_state(s) == SS_SOCK_UPGRADED) {
 			pc.socks[i] = s;
 			ours++;
-		} else if (s && (poll_on_mirror(s) || ss_sock_state(s) == SS_SOCK_ASKING)) {
+		} else if (s && poll_on_mirror(s)) {
 			/*
 			 * The kernel asks the mirror; should it upgrade meanwhile,
 			 * the mirror keeps showing the truth. Starting on TCP, the
@@ -381,8 +385,7 @@ int ss_select(int nfds, fd_set *rd, fd_set *wr, fd_set *ex, int timeout_ms, cons
 		    (ex && FD_ISSET(fd, ex))) {
 			struct ss_sock *s = ss_sock_get(fd);
 
-			any = s && (ss_sock_state(s) == SS_SOCK_UPGRADED || poll_on_mirror(s) ||
-				    ss_sock_state(s) == SS_SOCK_ASKING);
+			any = s && (ss_sock_state(s) == SS_SOCK_UPGRADED || poll_on_mirror(s));
 			ss_sock_put(s);
 		}
 	if (!any)

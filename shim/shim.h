@@ -199,7 +199,11 @@ void ss_client_reconnect(struct ss_sock *s, enum ss_reason why);
 
 /* ---- client that starts on TCP (asking.c) ---- */
 
-/* connect() when the connection starts on TCP (lock held). Returns 0 or -errno as connect(2). */
+/*
+ * connect() when the connection starts on TCP (lock held; tcp_fd is a
+ * private name of fd, the background work started). Returns 0 or -errno as
+ * connect(2).
+ */
 int ss_asking_connect(struct ss_sock *s, int fd);
 
 /* Moves an ASKING socket on with what is there (lock held). Returns true while it goes on. */
