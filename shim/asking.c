@@ -71,7 +71,14 @@ static bool asking_flush(struct ss_sock *s)
 			return true;
 		}
 		if (n < 0) {
-			/* The connection failed: the application's next call meets the error. */
+			/*
+			 * The connection failed, and this send took its error
+			 * (the kernel reports it once): the application's next
+			 * call gets it from us, as TCP's would from the kernel.
+			 * EPIPE is no error of the peer: the kernel says it again.
+			 */
+			if (errno != EPIPE)
+				atomic_store(&s->plain_err, errno);
 			ss_log_warn("fd %d: %zu held bytes not sent: %s", s->fds[0], s->hold_len,
 				    strerror(errno));
 			break;
@@ -80,6 +87,8 @@ static bool asking_flush(struct ss_sock *s)
 	}
 	if (s->shut_wr_held)
 		ss_real.shutdown(s->tcp_fd, SHUT_WR);
+	if (s->shut_rd_held)
+		ss_real.shutdown(s->tcp_fd, SHUT_RD);
 	asking_plain(s, s->reason);
 	return false;
 }
@@ -112,6 +121,7 @@ static void asking_answers(struct ss_sock *s)
 		enum ss_hs_read_result rr = ss_hs_read(&ss_real_io, s->tcp_fd, &m, 0, NULL);
 		bool ours = rr == SS_HSR_MSG && m.nonce == s->nonce;
 
+		s->partial = rr == SS_HSR_PARTIAL;
 		if (rr == SS_HSR_TIMEOUT)
 			return;
 		if (rr == SS_HSR_PARTIAL) {
@@ -157,7 +167,10 @@ static void asking_answers(struct ss_sock *s)
 
 short ss_asking_events(const struct ss_sock *s)
 {
-	return !s->hello_sent || s->answered ? POLLOUT : POLLIN;
+	if (!s->hello_sent || s->answered)
+		return POLLOUT;
+	/* Part of the answer shows POLLIN until the rest comes: the caller's slice is the wait. */
+	return s->partial ? 0 : POLLIN;
 }
 
 bool ss_asking_step(struct ss_sock *s)

@@ -37,6 +37,7 @@ static const char *const test_points[SS_TP__COUNT] = {
 	[SS_TP_LOAD] = "load",
 	[SS_TP_DOWN_RETURN] = "down-return",
 	[SS_TP_HANDOVER] = "handover",
+	[SS_TP_CLIENT_LOOK] = "client-look",
 };
 /* clang-format on */
 
@@ -184,7 +185,8 @@ const struct ss_option ss_options[] = {
 		.defval = "",
 		.doc = "for tests only: sleep at points of the negotiation, as "
 		       "POINT=MS[,POINT=MS...] with points client-hello, client-ready, server-ack, "
-		       "server-accept, first-read, server-pair, load; empty: never",
+		       "server-accept, first-read, server-pair, load, down-return, handover, "
+		       "client-look; empty: never",
 		.offset = offsetof(struct ss_config, test_delays),
 		.type = SS_OPT_STRING,
 		.max = sizeof(((struct ss_config *)0)->test_delays) - 1,

@@ -188,8 +188,11 @@ static unsigned decide_bg_run(struct ss_sock *s)
 	switch (ss_sock_state(s)) {
 	case SS_SOCK_CONNECTING:
 	case SS_SOCK_RECONNECTING: ss_client_step(s); break;
-	case SS_SOCK_PROBING:
-	case SS_SOCK_ASKING: ss_client_step(s); break;
+	case SS_SOCK_PROBING: ss_client_step(s); break;
+	case SS_SOCK_ASKING:
+		ss_test_delay(SS_TP_CLIENT_LOOK);
+		ss_client_step(s);
+		break;
 	case SS_SOCK_ACCEPTED: return ss_server_step(s) ? EPOLLIN : 0;
 	case SS_SOCK_UPGRADED: {
 		/* Asked by the operator, or the peer's stream switched on the QP. */

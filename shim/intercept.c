@@ -797,6 +797,8 @@ EXPORT int shutdown(int fd, int how)
 	pthread_mutex_lock(&s->lock);
 	if (how != SHUT_RD && how != SHUT_WR && how != SHUT_RDWR) {
 		ret = -EINVAL;
+	} else if (how == SHUT_RD && ss_sock_state(s) == SS_SOCK_ASKING) {
+		s->shut_rd_held = true; /* applied after the answer: it is read off TCP first */
 	} else if (how == SHUT_RD) {
 		/* Nothing to do: reads go on returning what arrives, as TCP's may. */
 	} else if (ss_sock_state(s) == SS_SOCK_UPGRADED) {
@@ -809,6 +811,7 @@ EXPORT int shutdown(int fd, int how)
 	} else {
 		/* Undecided (or falling back): the end of the stream follows what is held. */
 		s->shut_wr_held = true;
+		s->shut_rd_held |= how == SHUT_RDWR && ss_sock_state(s) == SS_SOCK_ASKING;
 	}
 	pthread_mutex_unlock(&s->lock);
 	ss_sock_put(s);
@@ -966,6 +969,14 @@ EXPORT int getsockopt(int fd, int level, int name, void *val, socklen_t *len)
 		*(int *)val = (ss_tp->conn_ready(s->conn) & SS_RDY_ERR) && ss_io_take_reset(s)
 				      ? ECONNRESET
 				      : 0;
+		*len = sizeof(int);
+		ss_sock_put(s);
+		return 0;
+	}
+	if (s && ss_sock_state(s) == SS_SOCK_PLAIN && level == SOL_SOCKET && name == SO_ERROR &&
+	    val && len && *len >= sizeof(int) && (ret = atomic_exchange(&s->plain_err, 0))) {
+		/* The error our own send took (asking.c): reported once, as the kernel's. */
+		*(int *)val = ret;
 		*len = sizeof(int);
 		ss_sock_put(s);
 		return 0;

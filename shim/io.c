@@ -110,11 +110,37 @@ static bool io_poll_cqs(void)
 	return w && ss_tp->worker_poll(w) > 0;
 }
 
+/*
+ * Takes an ASKING socket's answer if it is in. True while it is not: then
+ * nothing on its TCP socket is the application's yet (FIONREAD would count
+ * the answer's bytes), and a read shut meanwhile (*shut_rd) sees the end
+ * at once, as TCP's after SHUT_RD with nothing queued.
+ */
+static bool io_asking_unanswered(struct ss_sock *s, bool *shut_rd)
+{
+	bool asking;
+
+	if (ss_sock_state(s) != SS_SOCK_ASKING)
+		return false;
+	pthread_mutex_lock(&s->lock);
+	asking = ss_client_step(s) && ss_sock_state(s) == SS_SOCK_ASKING && !s->answered;
+	*shut_rd = s->shut_rd_held;
+	pthread_mutex_unlock(&s->lock);
+	return asking;
+}
+
 int ss_io_queue_ioctl(int fd, unsigned long req, int *val, bool *handled)
 {
 	struct ss_sock *s = ss_sock_get(fd);
 	size_t unsent = 0, n = 0;
+	bool shut_rd;
 
+	if (s && req == FIONREAD && val && io_asking_unanswered(s, &shut_rd)) {
+		*handled = true;
+		ss_sock_put(s);
+		*val = 0;
+		return 0;
+	}
 	*handled = s && ss_sock_state(s) == SS_SOCK_UPGRADED;
 	if (!*handled) {
 		ss_sock_put(s);
@@ -349,7 +375,8 @@ static int io_wait_app_fd(struct ss_sock *s, int fd, bool out, struct io_sig *si
 void ss_io_forget_if_plain(struct ss_sock *s)
 {
 	pthread_mutex_lock(&s->lock);
-	if (ss_sock_state(s) == SS_SOCK_PLAIN && s->strip == SS_STRIP_NONE && !s->hold_len)
+	if (ss_sock_state(s) == SS_SOCK_PLAIN && s->strip == SS_STRIP_NONE && !s->hold_len &&
+	    !atomic_load(&s->plain_err))
 		ss_sock_forget(s);
 	pthread_mutex_unlock(&s->lock);
 }
@@ -722,7 +749,8 @@ bool ss_io_ours(int fd, bool reading)
 	struct ss_sock *s = ss_io_get(fd);
 	int st = s ? ss_sock_state(s) : SS_SOCK_FRESH;
 	bool ours = st >= SS_SOCK_CONNECTING &&
-		    (st != SS_SOCK_PLAIN || (reading && s->strip != SS_STRIP_NONE));
+		    (st != SS_SOCK_PLAIN || (reading && s->strip != SS_STRIP_NONE) ||
+		     atomic_load(&s->plain_err));
 
 	if (st == SS_SOCK_PLAIN && !ours)
 		ss_io_forget_if_plain(s);
@@ -733,6 +761,7 @@ bool ss_io_ours(int fd, bool reading)
 ssize_t ss_io_recv(int fd, const struct iovec *iov, int n, int flags, bool *handled)
 {
 	struct ss_sock *s = ss_io_get(fd);
+	bool shut_rd = false;
 	ssize_t r = 0;
 
 	*handled = false;
@@ -751,6 +780,10 @@ ssize_t ss_io_recv(int fd, const struct iovec *iov, int n, int flags, bool *hand
 		case SS_SOCK_RECONNECTING:
 		case SS_SOCK_FALLBACK:
 		case SS_SOCK_ASKING:
+			if (io_asking_unanswered(s, &shut_rd) && shut_rd) {
+				r = 0; /* the end, as TCP's read after SHUT_RD */
+				break;
+			}
 			r = io_wait_decision(s, fd, flags, false);
 			if (r == 0)
 				continue;
@@ -767,6 +800,8 @@ ssize_t ss_io_recv(int fd, const struct iovec *iov, int n, int flags, bool *hand
 				continue;
 			break;
 		case SS_SOCK_PLAIN:
+			if ((r = -atomic_exchange(&s->plain_err, 0)))
+				break;
 			r = s->strip != SS_STRIP_NONE ? io_strip_for_read(s, fd, flags) : 0;
 			if (r == 0) {
 				ss_io_forget_if_plain(s);
@@ -816,7 +851,12 @@ ssize_t ss_io_send(int fd, const struct iovec *iov, int n, int flags, bool *hand
 	    (ss_sock_state(s) == SS_SOCK_UPGRADED || ss_sock_state(s) == SS_SOCK_FALLBACK))
 		ss_down_now(s);
 	if (ss_sock_state(s) < SS_SOCK_CONNECTING || ss_sock_state(s) == SS_SOCK_PLAIN) {
-		/* Not (or no longer) ours: libc's call, unless a decision is due. */
+		/* Not (or no longer) ours: libc's call, unless an error is ours to report. */
+		if (ss_sock_state(s) == SS_SOCK_PLAIN && (r = atomic_exchange(&s->plain_err, 0))) {
+			*handled = true;
+			ss_sock_put(s);
+			return -r; /* as the kernel's pending error: no signal */
+		}
 		if (ss_sock_state(s) == SS_SOCK_PLAIN)
 			ss_io_forget_if_plain(s);
 		ss_sock_put(s);

@@ -209,7 +209,7 @@ int ss_asking_connect(struct ss_sock *s, int fd);
 /* Moves an ASKING socket on with what is there (lock held). Returns true while it goes on. */
 bool ss_asking_step(struct ss_sock *s);
 
-/* What an ASKING socket waits for on its TCP socket: POLLOUT or POLLIN. */
+/* What an ASKING socket waits for on its TCP socket: POLLOUT, POLLIN, or 0 (time only). */
 short ss_asking_events(const struct ss_sock *s);
 
 /*

@@ -94,6 +94,15 @@ start_case fork silent "" ""
 # An edge-triggered writer of 200 KiB before the answer (LATER 500 ms late):
 # the hold takes it as a socket buffer would; no EAGAIN while writable.
 start_case et silent "SRQSHIM_TEST_DELAYS=server-ack=500" "SRQSHIM_HELLO_TIMEOUT_MS=3000"
+# shutdown(SHUT_RD) before the answer: reads see the end at once, and after
+# the answer too (the shutdown is applied to TCP once the answer is off it).
+start_case shutrd silent "" ""
+# The server resets while held bytes are still going to TCP (LATER 300 ms
+# late, 1 MiB held): the error our send took is the application's next read's.
+start_case reset reset "SRQSHIM_TEST_DELAYS=server-ack=300" "SRQSHIM_HELLO_TIMEOUT_MS=3000"
+# FIONREAD with the answer in but not taken (the progress thread held up):
+# the answer's bytes are not the application's.
+start_case fionread reply "" "SRQSHIM_TEST_DELAYS=client-look=400"
 
 pkts=$(($(rdma_pkts) - pkts0))
 [ $pkts -eq 0 ] || fail "the device sent $pkts packets for connections that start on TCP"

@@ -6,17 +6,24 @@ kernel TCP and under the shim; timings only as bounds far above TCP's.
 
   start_check.py server ADDR PORT MODE    a plain server: each connection's
       bytes to stdout at its end ("conn N: REPR"); MODE reply: answers
-      b"PONG\\n" to b"PING\\n"; silent: never writes
+      b"PONG\\n" to b"PING\\n"; silent: never writes; reset: small
+      buffers, reads nothing, closes after 0.5 s (a reset: bytes unread)
   start_check.py CASE ADDR PORT           a client case:
       close: writes, closes at once (close must not wait for the server)
       poll:  non-blocking, writes, waits in poll for the reply
       fork:  connects, forks; the child writes, then an exec'd program
       et:    200 KiB from an edge-triggered epoll writer, then the end
+      shutrd: shuts its reading at once; reads, at once and later; writes
+      reset: 1 MiB written without waiting to a server that resets; reads
+      fionread: FIONREAD 0.2 s after connect, before the server writes
 """
+import fcntl
 import os
 import select
 import socket
+import struct
 import sys
+import termios
 import threading
 import time
 
@@ -24,6 +31,8 @@ import time
 def server(addr, port, mode):
     ls = socket.socket()
     ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    if mode == "reset":
+        ls.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 65536)
     ls.bind((addr, port))
     ls.listen(16)
     print("listening", flush=True)
@@ -31,6 +40,11 @@ def server(addr, port, mode):
 
     def handle(c, k):
         got = b""
+        if mode == "reset":
+            time.sleep(0.5)
+            c.close()
+            print("conn %d: closed unread" % k, flush=True)
+            return
         while True:
             try:
                 d = c.recv(65536)
@@ -102,6 +116,44 @@ def case(which, addr, port):
                 ep.poll(5)
         s.shutdown(socket.SHUT_WR)
         print("sent %d within 3 s: %s" % (off, time.time() - t0 < 3), flush=True)
+    elif which == "shutrd":
+        s = socket.create_connection((addr, port))
+        s.shutdown(socket.SHUT_RD)
+        s.settimeout(3)
+        for when in ("at once", "after 0.3 s"):
+            time.sleep(0 if when == "at once" else 0.3)
+            try:
+                print("read %s: %r" % (when, s.recv(100)), flush=True)
+            except socket.timeout:
+                print("read %s: timeout" % when, flush=True)
+        s.sendall(b"DATA\n")
+        s.close()
+    elif which == "reset":
+        s = socket.socket()
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 65536)
+        s.connect((addr, port))
+        s.setblocking(False)
+        off = 0
+        while off < 1 << 20:
+            try:
+                off += s.send(b"x" * 65536)
+            except BlockingIOError:
+                break
+        time.sleep(1.5)
+        s.settimeout(3)
+        for what in ("read", "read again"):
+            try:
+                print("%s: %r" % (what, s.recv(100)), flush=True)
+            except OSError as e:
+                print("%s: %s" % (what, e.__class__.__name__), flush=True)
+    elif which == "fionread":
+        s = socket.create_connection((addr, port))
+        time.sleep(0.2)
+        n = struct.unpack("i", fcntl.ioctl(s.fileno(), termios.FIONREAD, b"\0" * 4))[0]
+        print("FIONREAD before the server writes:", n, flush=True)
+        s.sendall(b"PING\n")
+        print("reply:", s.recv(100), flush=True)
+        s.close()
 
 
 if sys.argv[1] == "server":
