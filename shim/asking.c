@@ -79,7 +79,8 @@ static bool asking_flush(struct ss_sock *s)
 			 */
 			if (errno != EPIPE)
 				atomic_store(&s->plain_err, errno);
-			ss_log_warn("fd %d: %zu held bytes not sent: %s", s->fds[0], s->hold_len,
+			/* The application is told, as by TCP: no warning of ours on its stderr. */
+			ss_log_info("fd %d: %zu held bytes not sent: %s", s->fds[0], s->hold_len,
 				    strerror(errno));
 			break;
 		}
