@@ -477,8 +477,13 @@ static void ep_make_fast(struct ss_ep *e, struct ss_epreg *r, bool in_kernel)
 		e->regs->e_prev = r;
 	e->regs = r;
 	r->edge = 0;
-	if (ep_events_of(r) && ep_queue_locked(e, r))
-		ep_wake_locked(e);
+	/*
+	 * A sleeper that found nothing fast slept unarmed (ss_epoll_wait): it
+	 * must look again, ready or not, so that it arms the CQs for r.
+	 */
+	if (ep_events_of(r))
+		ep_queue_locked(e, r);
+	ep_wake_locked(e);
 	pthread_mutex_unlock(&e->lock);
 }
 
@@ -912,6 +917,47 @@ void ss_epoll_count_kernel(int epfd, int op)
 	ep_put(e);
 }
 
+/*
+ * While nothing of e is answered in user space (no fast registration: the
+ * connections in it are undecided, on TCP, or mirrored), its wait is the
+ * kernel's alone: no spin, no arming of the CQs, no clock reading but one
+ * for a timeout. It sleeps counted among e's sleepers, so that a
+ * registration made fast meanwhile wakes it (ep_make_fast). Returns true
+ * with the call's answer in *n (events, or -errno); false when the engine
+ * must go on, for the time left in *timeout_ms.
+ */
+static bool ep_wait_unarmed(struct ss_ep *e, struct epoll_event *evs, int max, int *timeout_ms,
+			    const sigset_t *mask, int *n)
+{
+	uint64_t end = *timeout_ms > 0 ? ss_now_us() + (uint64_t)*timeout_ms * 1000 : 0;
+	struct ss_wait counted = {0}; /* neither a poller nor the worker's sleeper */
+	unsigned sig_base = ss_sig_any();
+	bool woken;
+
+	for (;;) {
+		pthread_mutex_lock(&e->lock);
+		if (e->regs) {
+			pthread_mutex_unlock(&e->lock);
+			return false;
+		}
+		e->sleepers++;
+		pthread_mutex_unlock(&e->lock);
+		woken = false;
+		*n = ep_kernel_wait(e, evs, max, *timeout_ms, mask, &woken, &counted);
+		if (*n != 0 || !woken || *timeout_ms == 0)
+			return true;
+		if (ss_sig_any() != sig_base) {
+			*n = -EINTR; /* a handler ran while our own entry woke it */
+			return true;
+		}
+		if (*timeout_ms > 0) {
+			uint64_t now = ss_now_us();
+
+			*timeout_ms = now >= end ? 0 : (int)((end - now + 999) / 1000);
+		}
+	}
+}
+
 int ss_epoll_wait(int epfd, struct epoll_event *evs, int max, int timeout_ms, const sigset_t *mask,
 		  bool *handled)
 {
@@ -942,6 +988,10 @@ int ss_epoll_wait(int epfd, struct epoll_event *evs, int max, int timeout_ms, co
 		return n;
 	}
 	ep_add_internal(e);
+	if (ep_wait_unarmed(e, evs, max, &timeout_ms, mask, &n)) {
+		ep_put(e);
+		return n;
+	}
 	ss_wait_begin(&wt, timeout_ms, ss_sig_any());
 	for (;;) {
 		bool os = atomic_load_explicit(&e->n_kernel, memory_order_relaxed) > 0;

@@ -751,6 +751,41 @@ static void sc_threads(void)
 	pair_close();
 }
 
+/*
+ * A thread asleep in epoll_wait for input on a connection whose
+ * non-blocking connect has not ended: under the shim, negotiating (the
+ * kernel answers for its socketpair end), then upgraded in the background
+ * while the thread sleeps, with nothing to read. The peer's bytes after
+ * that must wake it.
+ */
+static void sc_upgrade_asleep(void)
+{
+	struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)wc_port)};
+	struct sleeper_args a;
+	pthread_t th;
+	int c, s;
+
+	inet_pton(AF_INET, wc_addr, &sa.sin_addr);
+	c = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
+	if (c < 0 || (connect(c, (struct sockaddr *)&sa, sizeof(sa)) != 0 && errno != EINPROGRESS))
+		prog_die("connect");
+	name_fd(c, "C");
+	a.ep = epoll_create1(0);
+	ectl(a.ep, EPOLL_CTL_ADD, c, EPOLLIN);
+	pthread_create(&th, NULL, sleeper, &a);
+	if ((s = accept(wc_listener, NULL, NULL)) < 0)
+		prog_die("accept");
+	name_fd(s, "S");
+	usleep(600000); /* it sleeps; the negotiation ends meanwhile */
+	put(s, 10);
+	pthread_join(th, NULL);
+	out("%s", a.line);
+	take_all("C", c, 10);
+	close(a.ep);
+	close(c);
+	close(s);
+}
+
 /* A thread asleep in poll on S, cancelled there (poll is a cancellation point). */
 static void *poll_sleeper(void *arg)
 {
@@ -821,6 +856,7 @@ static const struct {
 	{"poll", sc_poll},
 	{"select", sc_select},
 	{"threads", sc_threads},
+	{"upgrade-asleep", sc_upgrade_asleep},
 	{"cancel", sc_cancel},
 	{"fork", sc_fork},
 };

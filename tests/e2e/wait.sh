@@ -3,7 +3,8 @@
 # wait_check's scenarios (epoll level and edge triggered, one-shot, MOD,
 # shutdown and reset, maxevents below the ready count, two instances,
 # close and dup while registered, a dup of the epoll fd, timeouts,
-# signals, poll, select, a sleeping thread, a poller cancelled asleep,
+# signals, poll, select, a sleeping thread, a connection upgraded while
+# a thread sleeps on it, a poller cancelled asleep,
 # fork) run over kernel TCP,
 # then under the shim in each mode; every wait call must return what it
 # returned over TCP.
