@@ -23,6 +23,28 @@ static inline uint64_t ss_now_ms(void)
 	return ss_now_us() / 1000;
 }
 
+/*
+ * The same clock, coarse (CLOCK_MONOTONIC_COARSE): the time of the last
+ * tick, which the vDSO gives without a system call even where the precise
+ * reading is one (a guest's HPET). Behind by up to ss_coarse_slack_ms().
+ */
+static inline uint64_t ss_now_coarse_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+/* How far behind a coarse reading may be: the tick, in whole milliseconds. */
+static inline uint64_t ss_coarse_slack_ms(void)
+{
+	struct timespec res = {0, 10000000};
+
+	clock_getres(CLOCK_MONOTONIC_COARSE, &res);
+	return (uint64_t)res.tv_sec * 1000 + ((uint64_t)res.tv_nsec + 999999) / 1000000;
+}
+
 /* Milliseconds since the epoch (CLOCK_REALTIME): moments shown to an operator. */
 static inline uint64_t ss_wall_ms(void)
 {
@@ -30,6 +52,18 @@ static inline uint64_t ss_wall_ms(void)
 
 	clock_gettime(CLOCK_REALTIME, &ts);
 	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+/*
+ * The wall clock, coarse (CLOCK_REALTIME_COARSE, no system call): for
+ * expiries of records that outlive a process, where a tick does not matter.
+ */
+static inline int64_t ss_wall_coarse_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_REALTIME_COARSE, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
 #endif

@@ -24,6 +24,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "handshake/clock.h"
 #include "shim/real.h"
 #include "shim/shim.h"
 #include "transport/log.h"
@@ -48,14 +49,6 @@ struct cache_file {
 	uint32_t rec_size;
 	struct cache_rec rec[CACHE_RECORDS];
 };
-
-static int64_t now_real_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_REALTIME, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 static void dest_key(const struct sockaddr *a, uint8_t addr[16], uint16_t *port)
 {
@@ -121,7 +114,7 @@ static struct cache_rec *find(struct cache_file *f, const uint8_t addr[16], uint
 			      bool make)
 {
 	struct cache_rec *free_rec = NULL, *oldest = &f->rec[0];
-	int64_t now = now_real_ms();
+	int64_t now = ss_wall_coarse_ms();
 
 	for (int i = 0; i < CACHE_RECORDS; i++) {
 		struct cache_rec *r = &f->rec[i];
@@ -168,7 +161,7 @@ static unsigned cache_memo_next; /* the slot a new destination takes (round robi
  * held. */
 static int64_t memo_left(const uint8_t addr[16], uint16_t port)
 {
-	int64_t now = now_real_ms();
+	int64_t now = ss_wall_coarse_ms();
 
 	for (int i = 0; i < MEMO_SLOTS; i++)
 		if (cache_memo[i].expires_ms > now && cache_memo[i].port == port &&
@@ -231,7 +224,7 @@ static enum ss_dest_state cache_lookup(const uint8_t addr[16], uint16_t port, bo
 		/* Unknown (or its prober died): we probe. */
 		r->state = REC_PROBING;
 		r->prober = getpid();
-		r->expires_ms = now_real_ms() + ss_cfg.acked_timeout_ms + 1000;
+		r->expires_ms = ss_wall_coarse_ms() + ss_cfg.acked_timeout_ms + 1000;
 		cache_write(fd, f);
 		*prober_p = true;
 	}
@@ -294,7 +287,7 @@ void ss_cache_record(const struct sockaddr *dst, enum ss_dest_state st, bool pro
 			/* A destination once seen shimmed is never demoted by silence. */
 			r->state = st == SS_DEST_PLAIN ? REC_PLAIN : REC_SHIMMED;
 			r->prober = 0;
-			r->expires_ms = now_real_ms() + (int64_t)ss_cfg.cache_ttl_s * 1000;
+			r->expires_ms = ss_wall_coarse_ms() + (int64_t)ss_cfg.cache_ttl_s * 1000;
 		}
 		if (r->state == REC_SHIMMED)
 			memo_note(addr, port, r);

@@ -920,16 +920,18 @@ void ss_epoll_count_kernel(int epfd, int op)
 /*
  * While nothing of e is answered in user space (no fast registration: the
  * connections in it are undecided, on TCP, or mirrored), its wait is the
- * kernel's alone: no spin, no arming of the CQs, no clock reading but one
- * for a timeout. It sleeps counted among e's sleepers, so that a
- * registration made fast meanwhile wakes it (ep_make_fast). Returns true
+ * kernel's alone: no spin, no arming of the CQs, and a coarse clock
+ * reading (no system call) for a timeout. It sleeps counted among e's
+ * sleepers, so that a registration made fast meanwhile wakes it
+ * (ep_make_fast). Returns true
  * with the call's answer in *n (events, or -errno); false when the engine
  * must go on, for the time left in *timeout_ms.
  */
 static bool ep_wait_unarmed(struct ss_ep *e, struct epoll_event *evs, int max, int *timeout_ms,
 			    const sigset_t *mask, int *n)
 {
-	uint64_t end = *timeout_ms > 0 ? ss_now_us() + (uint64_t)*timeout_ms * 1000 : 0;
+	/* Coarse: a system call spared per wait; read again only after a wake-up of ours. */
+	uint64_t start = *timeout_ms > 0 ? ss_now_coarse_ms() : 0, whole = (uint64_t)*timeout_ms;
 	struct ss_wait counted = {0}; /* neither a poller nor the worker's sleeper */
 	unsigned sig_base = ss_sig_any();
 	bool woken;
@@ -951,9 +953,15 @@ static bool ep_wait_unarmed(struct ss_ep *e, struct epoll_event *evs, int max, i
 			return true;
 		}
 		if (*timeout_ms > 0) {
-			uint64_t now = ss_now_us();
+			/*
+			 * Each coarse reading may be behind by the slack: the time
+			 * left gets it added, so the call never ends before the
+			 * application's timeout (at most two ticks after it).
+			 */
+			uint64_t spent = ss_now_coarse_ms() - start,
+				 left = whole + ss_coarse_slack_ms();
 
-			*timeout_ms = now >= end ? 0 : (int)((end - now + 999) / 1000);
+			*timeout_ms = spent >= left ? 0 : (int)(left - spent);
 		}
 	}
 }
