@@ -187,7 +187,7 @@ static unsigned decide_bg_run(struct ss_sock *s)
 {
 	switch (ss_sock_state(s)) {
 	case SS_SOCK_CONNECTING:
-	case SS_SOCK_RECONNECTING: ss_client_step(s); break;
+	case SS_SOCK_RECONNECTING:
 	case SS_SOCK_PROBING: ss_client_step(s); break;
 	case SS_SOCK_ASKING:
 		ss_test_delay(SS_TP_CLIENT_LOOK);

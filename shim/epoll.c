@@ -923,9 +923,9 @@ void ss_epoll_count_kernel(int epfd, int op)
  * kernel's alone: no spin, no arming of the CQs, and a coarse clock
  * reading (no system call) for a timeout. It sleeps counted among e's
  * sleepers, so that a registration made fast meanwhile wakes it
- * (ep_make_fast). Returns true
- * with the call's answer in *n (events, or -errno); false when the engine
- * must go on, for the time left in *timeout_ms.
+ * (ep_make_fast). Returns true with the call's answer in *n (events, or
+ * -errno); false when the engine must go on, for the time left in
+ * *timeout_ms.
  */
 static bool ep_wait_unarmed(struct ss_ep *e, struct epoll_event *evs, int max, int *timeout_ms,
 			    const sigset_t *mask, int *n)

@@ -961,22 +961,20 @@ EXPORT int getsockopt(int fd, int level, int name, void *val, socklen_t *len)
 {
 	struct ss_sock *s;
 	int tfd = tcp_of(fd, &s), ret;
+	bool so_error =
+		s && level == SOL_SOCKET && name == SO_ERROR && val && len && *len >= sizeof(int);
+	int err = -1; /* -1: the kernel answers */
 
 	real_ready();
-	if (s && ss_sock_state(s) == SS_SOCK_UPGRADED && level == SOL_SOCKET && name == SO_ERROR &&
-	    val && len && *len >= sizeof(int)) {
+	if (so_error && ss_sock_state(s) == SS_SOCK_UPGRADED)
 		/* The TCP socket is fine; a failed connection reports its reset, once. */
-		*(int *)val = (ss_tp->conn_ready(s->conn) & SS_RDY_ERR) && ss_io_take_reset(s)
-				      ? ECONNRESET
-				      : 0;
-		*len = sizeof(int);
-		ss_sock_put(s);
-		return 0;
-	}
-	if (s && ss_sock_state(s) == SS_SOCK_PLAIN && level == SOL_SOCKET && name == SO_ERROR &&
-	    val && len && *len >= sizeof(int) && (ret = atomic_exchange(&s->plain_err, 0))) {
+		err = (ss_tp->conn_ready(s->conn) & SS_RDY_ERR) && ss_io_take_reset(s) ? ECONNRESET
+										       : 0;
+	else if (so_error && ss_sock_state(s) == SS_SOCK_PLAIN)
 		/* The error our own send took (asking.c): reported once, as the kernel's. */
-		*(int *)val = ret;
+		err = atomic_exchange(&s->plain_err, 0) ?: -1;
+	if (err >= 0) {
+		*(int *)val = err;
 		*len = sizeof(int);
 		ss_sock_put(s);
 		return 0;
