@@ -12,6 +12,7 @@
 #include "shim/epoll.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -961,7 +962,9 @@ static bool ep_wait_unarmed(struct ss_ep *e, struct epoll_event *evs, int max, i
 			uint64_t spent = ss_now_coarse_ms() - start,
 				 left = whole + ss_coarse_slack_ms();
 
-			*timeout_ms = spent >= left ? 0 : (int)(left - spent);
+			*timeout_ms = spent >= left            ? 0
+				      : left - spent > INT_MAX ? INT_MAX
+							       : (int)(left - spent);
 		}
 	}
 }
