@@ -88,7 +88,7 @@ static bool asking_flush(struct ss_sock *s)
 	}
 	if (s->shut_wr_held)
 		ss_real.shutdown(s->tcp_fd, SHUT_WR);
-	if (s->shut_rd_held)
+	if (atomic_load(&s->shut_rd))
 		ss_real.shutdown(s->tcp_fd, SHUT_RD);
 	asking_plain(s, s->reason);
 	return false;

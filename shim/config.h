@@ -54,7 +54,7 @@ enum ss_test_point {
 	SS_TP_LOAD,          /* before the transport module is loaded */
 	SS_TP_DOWN_RETURN,   /* a live downgrade: the peer's RDMA stream ended, before RETURN */
 	SS_TP_HANDOVER,      /* a forked child's request for its connection: before the answer */
-	SS_TP_CLIENT_LOOK,   /* client starting on TCP: the progress thread's look, before it */
+	SS_TP_CLIENT_LOOK,   /* client starting on TCP: the progress thread's look, unlocked */
 	SS_TP__COUNT,
 };
 

@@ -188,11 +188,8 @@ static unsigned decide_bg_run(struct ss_sock *s)
 	switch (ss_sock_state(s)) {
 	case SS_SOCK_CONNECTING:
 	case SS_SOCK_RECONNECTING:
-	case SS_SOCK_PROBING: ss_client_step(s); break;
-	case SS_SOCK_ASKING:
-		ss_test_delay(SS_TP_CLIENT_LOOK);
-		ss_client_step(s);
-		break;
+	case SS_SOCK_PROBING:
+	case SS_SOCK_ASKING: ss_client_step(s); break;
 	case SS_SOCK_ACCEPTED: return ss_server_step(s) ? EPOLLIN : 0;
 	case SS_SOCK_UPGRADED: {
 		/* Asked by the operator, or the peer's stream switched on the QP. */
@@ -243,6 +240,9 @@ static void decide_bg_enter(struct ss_sock *s)
 	if (work) {
 		unsigned events;
 
+		/* A late look: the application's calls meanwhile move the socket on alone. */
+		if (st == SS_SOCK_ASKING)
+			ss_test_delay(SS_TP_CLIENT_LOOK);
 		if (pthread_mutex_trylock(&s->lock) != 0) {
 			/* An application call has it and moves it on itself; look again shortly. */
 			ss_bg_kick(s, ss_deadline_in(1));

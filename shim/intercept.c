@@ -784,7 +784,7 @@ EXPORT int close_range(unsigned first, unsigned last, int flags)
 EXPORT int shutdown(int fd, int how)
 {
 	struct ss_sock *s;
-	int ret;
+	int ret, st;
 
 	real_ready();
 	s = ss_sock_get(fd);
@@ -795,23 +795,26 @@ EXPORT int shutdown(int fd, int how)
 	}
 	ret = 0;
 	pthread_mutex_lock(&s->lock);
+	/* The state again, under the lock: it may have moved on since the look above. */
+	st = ss_sock_state(s);
 	if (how != SHUT_RD && how != SHUT_WR && how != SHUT_RDWR) {
 		ret = -EINVAL;
-	} else if (how == SHUT_RD && ss_sock_state(s) == SS_SOCK_ASKING) {
-		s->shut_rd_held = true; /* applied after the answer: it is read off TCP first */
-	} else if (how == SHUT_RD) {
-		/* Nothing to do: reads go on returning what arrives, as TCP's may. */
-	} else if (ss_sock_state(s) == SS_SOCK_UPGRADED) {
-		s->shut_wr = true;
-		ret = ss_tp->conn_shutdown_wr(s->conn);
-	} else if (ss_sock_state(s) == SS_SOCK_CONNECTING) {
-		ret = -ENOTCONN;
-	} else if (ss_sock_state(s) == SS_SOCK_PLAIN) {
+	} else if (st == SS_SOCK_PLAIN) {
 		ret = ss_real.shutdown(fd, how) ? -errno : 0;
+	} else if (st == SS_SOCK_CONNECTING) {
+		ret = how == SHUT_RD ? 0 : -ENOTCONN;
 	} else {
-		/* Undecided (or falling back): the end of the stream follows what is held. */
-		s->shut_wr_held = true;
-		s->shut_rd_held |= how == SHUT_RDWR && ss_sock_state(s) == SS_SOCK_ASKING;
+		/* Reading: reads see the end once nothing is theirs (io.c), TCP's once plain. */
+		if (how != SHUT_WR && !atomic_exchange(&s->shut_rd, true) && st == SS_SOCK_UPGRADED)
+			ss_tp->conn_resync(s->conn); /* it shows at once (IN, RDHUP), as TCP's */
+		if (how != SHUT_RD && st == SS_SOCK_UPGRADED) {
+			s->shut_wr = true;
+			ret = ss_tp->conn_shutdown_wr(s->conn);
+		} else if (how != SHUT_RD) {
+			/* Undecided (or falling back): the end of the stream follows what is held.
+			 */
+			s->shut_wr_held = true;
+		}
 	}
 	pthread_mutex_unlock(&s->lock);
 	ss_sock_put(s);

@@ -124,9 +124,30 @@ static bool io_asking_unanswered(struct ss_sock *s, bool *shut_rd)
 		return false;
 	pthread_mutex_lock(&s->lock);
 	asking = ss_client_step(s) && ss_sock_state(s) == SS_SOCK_ASKING && !s->answered;
-	*shut_rd = s->shut_rd_held;
+	*shut_rd = atomic_load(&s->shut_rd);
 	pthread_mutex_unlock(&s->lock);
 	return asking;
+}
+
+/*
+ * Whether a read of s sees the end at once: shut (SHUT_RD) while nothing
+ * of the stream is the application's yet (the answer not taken, or a
+ * plain connection being made again), as TCP's read after SHUT_RD with
+ * nothing queued. Takes an ASKING socket's answer if it is in.
+ */
+static bool io_read_shut(struct ss_sock *s)
+{
+	bool shut_rd = false;
+
+	if (io_asking_unanswered(s, &shut_rd))
+		return shut_rd;
+	if (ss_sock_state(s) != SS_SOCK_PROBING && ss_sock_state(s) != SS_SOCK_RECONNECTING)
+		return false;
+	pthread_mutex_lock(&s->lock);
+	shut_rd = atomic_load(&s->shut_rd) &&
+		  (ss_sock_state(s) == SS_SOCK_PROBING || ss_sock_state(s) == SS_SOCK_RECONNECTING);
+	pthread_mutex_unlock(&s->lock);
+	return shut_rd;
 }
 
 int ss_io_queue_ioctl(int fd, unsigned long req, int *val, bool *handled)
@@ -633,6 +654,11 @@ static ssize_t io_up_recv(struct ss_sock *s, int fd, const struct iovec *iov, in
 		}
 		if (r != -EAGAIN)
 			break;
+		/* Shut for reading (shutdown SHUT_RD) with nothing queued: the end, as TCP's. */
+		if (atomic_load_explicit(&s->shut_rd, memory_order_relaxed)) {
+			r = 0;
+			break;
+		}
 		/* The O_NONBLOCK flag is looked up only when the call would block. */
 		if (!io_would_wait(s, fd, flags)) {
 			if (!polled && io_poll_cqs()) {
@@ -758,18 +784,31 @@ bool ss_io_ours(int fd, bool reading)
 	return ours;
 }
 
+/*
+ * The error our flush of held bytes took from a plain socket, for a read:
+ * after the bytes queued before it, as the kernel's pending error.
+ */
+static ssize_t io_plain_err_for_read(struct ss_sock *s, int fd)
+{
+	char b;
+
+	if (!atomic_load(&s->plain_err) || ss_real.recv(fd, &b, 1, MSG_PEEK | MSG_DONTWAIT) > 0)
+		return 0;
+	return -atomic_exchange(&s->plain_err, 0);
+}
+
 ssize_t ss_io_recv(int fd, const struct iovec *iov, int n, int flags, bool *handled)
 {
 	struct ss_sock *s = ss_io_get(fd);
-	bool shut_rd = false;
 	ssize_t r = 0;
+	int st;
 
 	*handled = false;
 	if (!s)
 		return 0;
 	ss_in_call++;
 	for (;;) {
-		switch (ss_sock_state(s)) {
+		switch ((st = ss_sock_state(s))) {
 		case SS_SOCK_ACCEPTED:
 			r = io_decide_for_read(s, fd, flags);
 			if (r == 0)
@@ -780,10 +819,14 @@ ssize_t ss_io_recv(int fd, const struct iovec *iov, int n, int flags, bool *hand
 		case SS_SOCK_RECONNECTING:
 		case SS_SOCK_FALLBACK:
 		case SS_SOCK_ASKING:
-			if (io_asking_unanswered(s, &shut_rd) && shut_rd) {
+			if (io_read_shut(s)) {
 				r = 0; /* the end, as TCP's read after SHUT_RD */
 				break;
 			}
+			/* Answered by this look (PLAIN now): the server's bytes are there to read.
+			 */
+			if (ss_sock_state(s) != st)
+				continue;
 			r = io_wait_decision(s, fd, flags, false);
 			if (r == 0)
 				continue;
@@ -800,7 +843,7 @@ ssize_t ss_io_recv(int fd, const struct iovec *iov, int n, int flags, bool *hand
 				continue;
 			break;
 		case SS_SOCK_PLAIN:
-			if ((r = -atomic_exchange(&s->plain_err, 0)))
+			if ((r = io_plain_err_for_read(s, fd)))
 				break;
 			r = s->strip != SS_STRIP_NONE ? io_strip_for_read(s, fd, flags) : 0;
 			if (r == 0) {
@@ -915,6 +958,10 @@ ssize_t ss_io_send(int fd, const struct iovec *iov, int n, int flags, bool *hand
 			 * libc's. */
 			struct msghdr mh = {.msg_iov = local.v, .msg_iovlen = (size_t)local.n};
 
+			/* Our flush of the held bytes took the connection's error: it is this
+			 * call's (no signal), unless bytes went; then the next call's. */
+			if (!sent && (r = -atomic_exchange(&s->plain_err, 0)))
+				break;
 			r = ss_real.sendmsg(fd, &mh, flags);
 			if (r < 0) {
 				r = -errno;

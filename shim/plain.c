@@ -144,6 +144,8 @@ int ss_fallback_flush(struct ss_sock *s)
 	s->hold_len = 0;
 	if (s->shut_wr_held)
 		ss_real.shutdown(s->tcp_fd, SHUT_WR);
+	if (atomic_load(&s->shut_rd))
+		ss_real.shutdown(s->tcp_fd, SHUT_RD);
 	/* Before the TCP socket changes hands: the progress thread must not watch it any more. */
 	if (s->bg)
 		ss_tp->worker_unwatch(ss_w, &s->watch);

@@ -23,6 +23,9 @@ void ss_ready_conn(void *arg, unsigned ready)
 		ss_close_delivered(s);
 		ready &= ~SS_RDY_SENT;
 	}
+	/* Shut for reading by the application: readable at its end, as TCP's. */
+	if (atomic_load_explicit(&s->shut_rd, memory_order_relaxed))
+		ready |= SS_RDY_IN | SS_RDY_RDHUP;
 	/* Sequentially consistent, as the sleepers' count read after it (ss_ready_wake_pollers). */
 	atomic_store(&s->rdy, ready & ~SS_RDY_EDGE);
 	/*

@@ -103,7 +103,6 @@ struct ss_sock {
 	bool dest_shimmed; /* client: the cache knew the destination as shimmed */
 	bool reported;     /* client: connect() has reported the outcome of a connect in progress */
 	bool shut_wr_held; /* shutdown(SHUT_WR) before the decision: applied after it */
-	bool shut_rd_held; /* ASKING: shutdown(SHUT_RD) before the answer: applied after it */
 	bool committed;    /* server: READY came (the client sends over RDMA from now on) */
 	bool hello_sent;   /* ASKING: the HELLO is out */
 	bool answered;     /* ASKING: the server's answer is taken; the hold goes to TCP */
@@ -111,6 +110,12 @@ struct ss_sock {
 	/* PLAIN: the connection's error that our own send of held bytes took: the application's */
 	atomic_int plain_err;    /* next read, write or SO_ERROR gets it, once (asking.c) */
 	atomic_bool reset_taken; /* the reset was reported once (read, write or SO_ERROR) */
+	/*
+	 * shutdown(SHUT_RD) by the application: its reads see the end once
+	 * nothing is theirs, and it shows IN and RDHUP, as TCP's; applied to
+	 * the TCP socket once plain. Set under the lock.
+	 */
+	atomic_bool shut_rd;
 	uint32_t nonce;
 	uint64_t deadline; /* ms: the current wait of the negotiation ends then */
 	struct sockaddr_storage dst;

@@ -426,6 +426,33 @@ static void sc_shutdown(void)
 	pair_close();
 }
 
+/*
+ * shutdown(SHUT_RD): readable at once with the end (IN, RDHUP, an edge);
+ * a read finds the end; bytes the peer writes after it are still read
+ * (Linux's TCP), then the end again.
+ */
+static void sc_shut_rd(void)
+{
+	int ep = epoll_create1(0);
+	struct pollfd p = {.events = POLLIN | POLLRDHUP};
+
+	pair_open();
+	p.fd = pair_c;
+	ectl(ep, EPOLL_CTL_ADD, pair_c, EPOLLIN | EPOLLRDHUP | EPOLLET);
+	ewait(ep, 8, SHORT_MS);
+	shutdown(pair_c, SHUT_RD);
+	ewait(ep, 8, LONG_MS);
+	ewait(ep, 8, SHORT_MS);
+	pwait(&p, 1, LONG_MS);
+	take("C", pair_c, 10);
+	put(pair_s, 10);
+	ewait(ep, 8, LONG_MS); /* the bytes' edge */
+	take("C", pair_c, 10);
+	take("C", pair_c, 10);
+	close(ep);
+	pair_close();
+}
+
 static void sc_peer_close(void)
 {
 	int ep = epoll_create1(0);
@@ -846,6 +873,7 @@ static const struct {
 	{"oneshot", sc_oneshot},
 	{"mod", sc_mod},
 	{"shutdown", sc_shutdown},
+	{"shut-rd", sc_shut_rd},
 	{"peer-close", sc_peer_close},
 	{"rotation", sc_rotation},
 	{"two-instances", sc_two_instances},

@@ -97,12 +97,23 @@ start_case et silent "SRQSHIM_TEST_DELAYS=server-ack=500" "SRQSHIM_HELLO_TIMEOUT
 # shutdown(SHUT_RD) before the answer: reads see the end at once, and after
 # the answer too (the shutdown is applied to TCP once the answer is off it).
 start_case shutrd silent "" ""
+# The same to a plain server: the shutdown is held through the connection
+# made again, and applied to it.
+start_case shutrd silent - ""
 # The server resets while held bytes are still going to TCP (LATER 300 ms
-# late, 1 MiB held): the error our send took is the application's next read's.
+# late, 1 MiB held): the error our send took is the application's, after
+# the server's greeting that came before it.
 start_case reset reset "SRQSHIM_TEST_DELAYS=server-ack=300" "SRQSHIM_HELLO_TIMEOUT_MS=3000"
+# The same with the progress thread held up: the application's own write
+# sends what is held and takes the error, which is that write's (no SIGPIPE).
+start_case reset-write reset "SRQSHIM_TEST_DELAYS=server-ack=200" \
+	"SRQSHIM_HELLO_TIMEOUT_MS=3000 SRQSHIM_TEST_DELAYS=client-look=5000"
 # FIONREAD with the answer in but not taken (the progress thread held up):
 # the answer's bytes are not the application's.
 start_case fionread reply "" "SRQSHIM_TEST_DELAYS=client-look=400"
+# A non-blocking read takes the answer itself (the progress thread held
+# up): the greeting behind it is that read's.
+start_case nbread greet "" "SRQSHIM_TEST_DELAYS=client-look=400"
 
 pkts=$(($(rdma_pkts) - pkts0))
 [ $pkts -eq 0 ] || fail "the device sent $pkts packets for connections that start on TCP"

@@ -6,8 +6,9 @@ kernel TCP and under the shim; timings only as bounds far above TCP's.
 
   start_check.py server ADDR PORT MODE    a plain server: each connection's
       bytes to stdout at its end ("conn N: REPR"); MODE reply: answers
-      b"PONG\\n" to b"PING\\n"; silent: never writes; reset: small
-      buffers, reads nothing, closes after 0.5 s (a reset: bytes unread)
+      b"PONG\\n" to b"PING\\n"; greet: writes b"HI\\n" first, then as
+      reply; silent: never writes; reset: small buffers, writes b"HI\\n",
+      reads nothing, closes after 1 s (a reset: bytes unread)
   start_check.py CASE ADDR PORT           a client case:
       close: writes, closes at once (close must not wait for the server)
       poll:  non-blocking, writes, waits in poll for the reply
@@ -15,7 +16,9 @@ kernel TCP and under the shim; timings only as bounds far above TCP's.
       et:    200 KiB from an edge-triggered epoll writer, then the end
       shutrd: shuts its reading at once; reads, at once and later; writes
       reset: 1 MiB written without waiting to a server that resets; reads
+      reset-write: as reset, one more write at 0.5 s, then a write, reads
       fionread: FIONREAD 0.2 s after connect, before the server writes
+      nbread: a non-blocking read 0.2 s after connect (the greeting is in)
 """
 import fcntl
 import os
@@ -40,8 +43,10 @@ def server(addr, port, mode):
 
     def handle(c, k):
         got = b""
+        if mode in ("greet", "reset"):
+            c.sendall(b"HI\n")
         if mode == "reset":
-            time.sleep(0.5)
+            time.sleep(1.0)
             c.close()
             print("conn %d: closed unread" % k, flush=True)
             return
@@ -54,7 +59,7 @@ def server(addr, port, mode):
             if not d:
                 break
             got += d
-            if mode == "reply" and got.endswith(b"PING\n"):
+            if mode in ("reply", "greet") and got.endswith(b"PING\n"):
                 c.sendall(b"PONG\n")
         # Only the bytes of the stream: a probe that carried a HELLO shows as its reset.
         print("conn %d: %r" % (k, got if not got.startswith(b"\0SRQSHM") else b"<probe>"), flush=True)
@@ -120,15 +125,15 @@ def case(which, addr, port):
         s = socket.create_connection((addr, port))
         s.shutdown(socket.SHUT_RD)
         s.settimeout(3)
-        for when in ("at once", "after 0.3 s"):
-            time.sleep(0 if when == "at once" else 0.3)
+        for when, pause in (("at once", 0), ("after 0.3 s", 0.3), ("after 1 s", 0.7)):
+            time.sleep(pause)
             try:
                 print("read %s: %r" % (when, s.recv(100)), flush=True)
             except socket.timeout:
                 print("read %s: timeout" % when, flush=True)
         s.sendall(b"DATA\n")
         s.close()
-    elif which == "reset":
+    elif which in ("reset", "reset-write"):
         s = socket.socket()
         s.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 65536)
         s.connect((addr, port))
@@ -139,11 +144,20 @@ def case(which, addr, port):
                 off += s.send(b"x" * 65536)
             except BlockingIOError:
                 break
-        time.sleep(1.5)
-        s.settimeout(3)
-        for what in ("read", "read again"):
+        calls = ["read", "read again", "read once more"]
+        if which == "reset-write":
+            time.sleep(0.5)
             try:
-                print("%s: %r" % (what, s.recv(100)), flush=True)
+                s.send(b"y" * 100)  # more or EAGAIN, as the buffers go: not printed
+            except BlockingIOError:
+                pass
+            calls.insert(0, "write")
+        time.sleep(2.0 if which == "reset" else 1.5)
+        s.settimeout(3)
+        for what in calls:
+            try:
+                got = s.send(b"z") if what == "write" else s.recv(100)
+                print("%s: %r" % (what, got), flush=True)
             except OSError as e:
                 print("%s: %s" % (what, e.__class__.__name__), flush=True)
     elif which == "fionread":
@@ -151,6 +165,18 @@ def case(which, addr, port):
         time.sleep(0.2)
         n = struct.unpack("i", fcntl.ioctl(s.fileno(), termios.FIONREAD, b"\0" * 4))[0]
         print("FIONREAD before the server writes:", n, flush=True)
+        s.sendall(b"PING\n")
+        print("reply:", s.recv(100), flush=True)
+        s.close()
+    elif which == "nbread":
+        s = socket.create_connection((addr, port))
+        time.sleep(0.2)
+        s.setblocking(False)
+        try:
+            print("read:", s.recv(100), flush=True)
+        except BlockingIOError:
+            print("read: EAGAIN", flush=True)
+        s.setblocking(True)
         s.sendall(b"PING\n")
         print("reply:", s.recv(100), flush=True)
         s.close()

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The differential test of readiness (docs/design.md, "Readiness"):
 # wait_check's scenarios (epoll level and edge triggered, one-shot, MOD,
-# shutdown and reset, maxevents below the ready count, two instances,
+# shutdown, SHUT_RD and reset, maxevents below the ready count, two instances,
 # close and dup while registered, a dup of the epoll fd, timeouts,
 # signals, poll, select, a sleeping thread, a connection upgraded while
 # a thread sleeps on it, a poller cancelled asleep,
