@@ -62,9 +62,10 @@ struct ss_ep {
 	struct ss_epreg *regs;          /* fast registrations */
 	struct ss_epreg *rhead, *rtail; /* ready list */
 	int sleepers;
-	bool wake_pending;
-	bool dead;        /* its last name was closed */
-	bool kernel_only; /* nested or polled: nothing answered in user space */
+	int unarmed;       /* sleepers that found nothing fast (ep_wait_unarmed) */
+	bool wake_pending; /* the wake-up fd is written and not drained yet */
+	bool dead;         /* its last name was closed */
+	bool kernel_only;  /* nested or polled: nothing answered in user space */
 	int wake_fd;
 	unsigned chan_gen; /* the worker's device count when its channels were added (0: none) */
 	bool wake_added;
@@ -480,7 +481,9 @@ static void ep_make_fast(struct ss_ep *e, struct ss_epreg *r, bool in_kernel)
 	r->edge = 0;
 	/*
 	 * A sleeper that found nothing fast slept unarmed (ss_epoll_wait): it
-	 * must look again, ready or not, so that it arms the CQs for r.
+	 * must look again, ready or not, so that it arms the CQs for r. Each
+	 * such sleeper sees the token: it stays until the last has looked
+	 * (ep_take_wake_locked).
 	 */
 	if (ep_events_of(r))
 		ep_queue_locked(e, r);
@@ -805,11 +808,31 @@ static void ep_add_internal(struct ss_ep *e)
 }
 
 /* A sleeper on e is awake; no longer to be woken through e's wake-up fd. */
-static void ep_awake(struct ss_ep *e)
+static void ep_awake(struct ss_ep *e, bool unarmed)
 {
 	pthread_mutex_lock(&e->lock);
 	e->sleepers--;
+	e->unarmed -= unarmed;
 	pthread_mutex_unlock(&e->lock);
+}
+
+/*
+ * Takes the wake-up fd's token; the instance's lock held. Not while a
+ * thread counted asleep without arming has not looked (ep_make_fast): the
+ * kernel shows the token, level-triggered, to every thread that waits on
+ * e until it is taken, and each of those must see it; the last of them
+ * takes it (or the first that finds nothing fast, ep_wait_unarmed).
+ */
+static void ep_take_wake_locked(struct ss_ep *e)
+{
+	uint64_t v;
+
+	if (e->unarmed > 0 || !e->wake_pending)
+		return;
+	e->wake_pending = false;
+	if (ss_real.read(e->wake_fd, &v, sizeof(v)) < 0) {
+		/* Drained by another sleeper. */
+	}
 }
 
 /*
@@ -819,6 +842,7 @@ static void ep_awake(struct ss_ep *e)
 struct ep_sleep {
 	struct ss_ep *e;
 	struct ss_wait *wt;
+	bool unarmed;
 };
 
 static void ep_cancelled(void *arg)
@@ -826,7 +850,7 @@ static void ep_cancelled(void *arg)
 	struct ep_sleep *sl = arg;
 
 	ss_wait_end(sl->wt);
-	ep_awake(sl->e);
+	ep_awake(sl->e, sl->unarmed);
 	ep_put(sl->e);
 }
 
@@ -838,9 +862,9 @@ static int ep_real_wait(struct ss_ep *e, struct epoll_event *evs, int max, int t
 }
 
 static int ep_asleep(struct ss_ep *e, struct epoll_event *evs, int max, int timeout_ms,
-		     const sigset_t *mask, struct ss_wait *asleep)
+		     const sigset_t *mask, struct ss_wait *asleep, bool unarmed)
 {
-	struct ep_sleep sl = {e, asleep};
+	struct ep_sleep sl = {e, asleep, unarmed};
 	int n;
 
 	pthread_cleanup_push(ep_cancelled, &sl);
@@ -855,18 +879,19 @@ static int ep_asleep(struct ss_ep *e, struct epoll_event *evs, int max, int time
  * counted among e's sleepers and the worker's (ss_wait_arm); it stops
  * counting as soon as the kernel returns, before it takes CQ events, so
  * that those wake nobody (no wake-up write for itself) and arm nothing
- * for it. Returns the application's events, or -errno.
+ * for it; unarmed: it is counted among e's unarmed sleepers too.
+ * Returns the application's events, or -errno.
  */
 static int ep_kernel_wait(struct ss_ep *e, struct epoll_event *evs, int max, int timeout_ms,
-			  const sigset_t *mask, bool *woken, struct ss_wait *asleep)
+			  const sigset_t *mask, bool *woken, struct ss_wait *asleep, bool unarmed)
 {
-	int n = asleep ? ep_asleep(e, evs, max, timeout_ms, mask, asleep)
+	int n = asleep ? ep_asleep(e, evs, max, timeout_ms, mask, asleep, unarmed)
 		       : ep_real_wait(e, evs, max, timeout_ms, mask);
 	int err = errno, k = 0;
 
 	if (asleep) {
 		ss_wait_woke(asleep);
-		ep_awake(e);
+		ep_awake(e, unarmed);
 	}
 	if (n < 0)
 		return -err;
@@ -884,13 +909,8 @@ static int ep_kernel_wait(struct ss_ep *e, struct epoll_event *evs, int max, int
 			if (w)
 				ss_tp->worker_take_events(w);
 		} else {
-			uint64_t v;
-
 			pthread_mutex_lock(&e->lock);
-			e->wake_pending = false;
-			if (ss_real.read(e->wake_fd, &v, sizeof(v)) < 0) {
-				/* Drained by another sleeper. */
-			}
+			ep_take_wake_locked(e);
 			pthread_mutex_unlock(&e->lock);
 		}
 	}
@@ -938,15 +958,29 @@ static bool ep_wait_unarmed(struct ss_ep *e, struct epoll_event *evs, int max, i
 	bool woken;
 
 	for (;;) {
+		bool blind;
+
 		pthread_mutex_lock(&e->lock);
 		if (e->regs) {
 			pthread_mutex_unlock(&e->lock);
 			return false;
 		}
-		e->sleepers++;
+		/* A token left for unarmed sleepers, of a registration no longer fast. */
+		ep_take_wake_locked(e);
+		/* No wake-up fd (none could be made): nothing may become fast meanwhile. */
+		blind = e->wake_fd < 0;
+		if (blind) {
+			atomic_fetch_add(&e->blind_sleepers, 1);
+		} else {
+			e->sleepers++;
+			e->unarmed++;
+		}
 		pthread_mutex_unlock(&e->lock);
 		woken = false;
-		*n = ep_kernel_wait(e, evs, max, *timeout_ms, mask, &woken, &counted);
+		*n = ep_kernel_wait(e, evs, max, *timeout_ms, mask, &woken, blind ? NULL : &counted,
+				    !blind);
+		if (blind)
+			atomic_fetch_sub(&e->blind_sleepers, 1);
 		if (*n != 0 || !woken || *timeout_ms == 0)
 			return true;
 		if (ss_sig_any() != sig_base) {
@@ -992,7 +1026,8 @@ int ss_epoll_wait(int epfd, struct epoll_event *evs, int max, int timeout_ms, co
 		do {
 			/* Our own entries may still be in its set: they are taken care of. */
 			woken = false;
-			n = ep_kernel_wait(e, evs, max, ss_wait_left_ms(&wt), mask, &woken, NULL);
+			n = ep_kernel_wait(e, evs, max, ss_wait_left_ms(&wt), mask, &woken, NULL,
+					   false);
 		} while (n == 0 && woken && ss_wait_left_ms(&wt) != 0);
 		atomic_fetch_sub(&e->blind_sleepers, 1);
 		ep_put(e);
@@ -1011,7 +1046,7 @@ int ss_epoll_wait(int epfd, struct epoll_event *evs, int max, int timeout_ms, co
 		/* The kernel's fds are asked now and then even while ours keep it busy. */
 		if (os && n < max &&
 		    (n ? ++e->found_calls % EP_OS_EVERY == 0 : wt.rounds % EP_OS_SPIN_EVERY == 0)) {
-			k = ep_kernel_wait(e, evs + n, max - n, 0, NULL, &woken, NULL);
+			k = ep_kernel_wait(e, evs + n, max - n, 0, NULL, &woken, NULL, false);
 			n += k > 0 ? k : 0;
 		}
 		if (n > 0) {
@@ -1035,10 +1070,11 @@ int ss_epoll_wait(int epfd, struct epoll_event *evs, int max, int timeout_ms, co
 		pthread_mutex_unlock(&e->lock);
 		if (ss_wait_arm(&wt)) {
 			woken = false;
-			k = ep_kernel_wait(e, evs, max, ss_wait_left_ms(&wt), mask, &woken, &wt);
+			k = ep_kernel_wait(e, evs, max, ss_wait_left_ms(&wt), mask, &woken, &wt,
+					   false);
 		} else {
 			ss_wait_woke(&wt);
-			ep_awake(e);
+			ep_awake(e, false);
 			k = 0; /* something came as we armed */
 		}
 		if (k < 0) {

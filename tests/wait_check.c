@@ -745,6 +745,7 @@ static void sc_select(void)
 
 struct sleeper_args {
 	int ep;
+	int timeout_ms; /* 0: 10 s */
 	char line[256];
 };
 
@@ -752,9 +753,10 @@ static void *sleeper(void *arg)
 {
 	struct sleeper_args *a = arg;
 	struct epoll_event ev[4];
-	int n = epoll_wait(a->ep, ev, 4, 10000);
+	int ms = a->timeout_ms ? a->timeout_ms : 10000;
+	int n = epoll_wait(a->ep, ev, 4, ms);
 
-	snprintf(a->line, sizeof(a->line), "  thread's epoll_wait(max 4, 10 s) = %d%s%s\n", n,
+	snprintf(a->line, sizeof(a->line), "  thread's epoll_wait(max 4, %d ms) = %d%s%s\n", ms, n,
 		 n == 1 ? " " : "", n == 1 ? fd_names[ev[0].data.fd] : "");
 	return NULL;
 }
@@ -762,7 +764,7 @@ static void *sleeper(void *arg)
 /* One instance waited on by another thread: a new event reaches it asleep. */
 static void sc_threads(void)
 {
-	struct sleeper_args a;
+	struct sleeper_args a = {0};
 	pthread_t th;
 
 	pair_open();
@@ -788,7 +790,7 @@ static void sc_threads(void)
 static void sc_upgrade_asleep(void)
 {
 	struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)wc_port)};
-	struct sleeper_args a;
+	struct sleeper_args a = {0};
 	pthread_t th;
 	int c, s;
 
@@ -807,6 +809,47 @@ static void sc_upgrade_asleep(void)
 	put(s, 10);
 	pthread_join(th, NULL);
 	out("%s", a.line);
+	take_all("C", c, 10);
+	close(a.ep);
+	close(c);
+	close(s);
+}
+
+/*
+ * Two threads asleep on one instance while its only connection's connect
+ * has not ended; the connection upgrades in the background; the first
+ * thread's wait ends before the peer writes, the second's gets it.
+ */
+static void sc_two_asleep(void)
+{
+	struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)wc_port)};
+	struct sleeper_args a = {.timeout_ms = 1200}, b = {.timeout_ms = 3000};
+	pthread_t ta, tb;
+	char junk;
+	int c, s;
+
+	inet_pton(AF_INET, wc_addr, &sa.sin_addr);
+	c = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
+	if (c < 0 || (connect(c, (struct sockaddr *)&sa, sizeof(sa)) != 0 && errno != EINPROGRESS))
+		prog_die("connect");
+	name_fd(c, "C");
+	a.ep = b.ep = epoll_create1(0);
+	ectl(a.ep, EPOLL_CTL_ADD, c, EPOLLIN);
+	pthread_create(&ta, NULL, sleeper, &a);
+	usleep(300000);
+	pthread_create(&tb, NULL, sleeper, &b);
+	usleep(350000);
+	if ((s = accept(wc_listener, NULL, NULL)) < 0)
+		prog_die("accept");
+	name_fd(s, "S");
+	/* The server's first I/O (EAGAIN): under the shim it answers the HELLO now. */
+	if (recv(s, &junk, 1, MSG_DONTWAIT) >= 0)
+		prog_die("a byte from nowhere");
+	usleep(1150000); /* the first thread's wait ends meanwhile */
+	put(s, 10);
+	pthread_join(ta, NULL);
+	pthread_join(tb, NULL);
+	out("%s%s", a.line, b.line);
 	take_all("C", c, 10);
 	close(a.ep);
 	close(c);
@@ -885,6 +928,7 @@ static const struct {
 	{"select", sc_select},
 	{"threads", sc_threads},
 	{"upgrade-asleep", sc_upgrade_asleep},
+	{"two-asleep", sc_two_asleep},
 	{"cancel", sc_cancel},
 	{"fork", sc_fork},
 };
