@@ -780,6 +780,20 @@ static void sc_threads(void)
 	pair_close();
 }
 
+/* A non-blocking connect to the listener, named C; not ended yet, as a rule. */
+static int connect_nb(void)
+{
+	struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)wc_port)};
+	int c;
+
+	inet_pton(AF_INET, wc_addr, &sa.sin_addr);
+	c = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
+	if (c < 0 || (connect(c, (struct sockaddr *)&sa, sizeof(sa)) != 0 && errno != EINPROGRESS))
+		prog_die("connect");
+	name_fd(c, "C");
+	return c;
+}
+
 /*
  * A thread asleep in epoll_wait for input on a connection whose
  * non-blocking connect has not ended: under the shim, negotiating (the
@@ -789,16 +803,11 @@ static void sc_threads(void)
  */
 static void sc_upgrade_asleep(void)
 {
-	struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)wc_port)};
 	struct sleeper_args a = {0};
 	pthread_t th;
 	int c, s;
 
-	inet_pton(AF_INET, wc_addr, &sa.sin_addr);
-	c = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
-	if (c < 0 || (connect(c, (struct sockaddr *)&sa, sizeof(sa)) != 0 && errno != EINPROGRESS))
-		prog_die("connect");
-	name_fd(c, "C");
+	c = connect_nb();
 	a.ep = epoll_create1(0);
 	ectl(a.ep, EPOLL_CTL_ADD, c, EPOLLIN);
 	pthread_create(&th, NULL, sleeper, &a);
@@ -822,17 +831,12 @@ static void sc_upgrade_asleep(void)
  */
 static void sc_two_asleep(void)
 {
-	struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)wc_port)};
 	struct sleeper_args a = {.timeout_ms = 1200}, b = {.timeout_ms = 3000};
 	pthread_t ta, tb;
 	char junk;
 	int c, s;
 
-	inet_pton(AF_INET, wc_addr, &sa.sin_addr);
-	c = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
-	if (c < 0 || (connect(c, (struct sockaddr *)&sa, sizeof(sa)) != 0 && errno != EINPROGRESS))
-		prog_die("connect");
-	name_fd(c, "C");
+	c = connect_nb();
 	a.ep = b.ep = epoll_create1(0);
 	ectl(a.ep, EPOLL_CTL_ADD, c, EPOLLIN);
 	pthread_create(&ta, NULL, sleeper, &a);
