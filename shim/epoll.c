@@ -264,8 +264,14 @@ void ss_epoll_after_fork(void)
 	for (int fd = 0; ep_table && fd < ep_table_len; fd++) {
 		struct ss_ep *e = atomic_load_explicit(&ep_table[fd], memory_order_relaxed);
 
-		if (e && e->epfd == fd)
-			pthread_mutex_init(&e->lock, NULL);
+		if (!e || e->epfd != fd)
+			continue;
+		pthread_mutex_init(&e->lock, NULL);
+		/* The parent's sleepers are not here; its token may be taken by it. */
+		e->sleepers = 0;
+		e->unarmed = 0;
+		e->wake_pending = false;
+		atomic_store(&e->blind_sleepers, 0);
 	}
 }
 

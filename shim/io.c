@@ -654,8 +654,13 @@ static ssize_t io_up_recv(struct ss_sock *s, int fd, const struct iovec *iov, in
 		}
 		if (r != -EAGAIN)
 			break;
-		/* Shut for reading (shutdown SHUT_RD) with nothing queued: the end, as TCP's. */
+		/* Shut for reading (shutdown SHUT_RD) with nothing queued: the end, as TCP's;
+		 * what the CQs hold first, as TCP's queue would have it. */
 		if (atomic_load_explicit(&s->shut_rd, memory_order_relaxed)) {
+			if (!polled && io_poll_cqs()) {
+				polled = true;
+				continue;
+			}
 			r = 0;
 			break;
 		}
@@ -962,9 +967,15 @@ ssize_t ss_io_send(int fd, const struct iovec *iov, int n, int flags, bool *hand
 			 * call's (no signal), unless bytes went; then the next call's. */
 			if (!sent && (r = -atomic_exchange(&s->plain_err, 0)))
 				break;
-			r = ss_real.sendmsg(fd, &mh, flags);
+			if (atomic_load(&s->plain_err))
+				break;
+			/* Bytes went already: the count is the answer, with no signal. */
+			r = ss_real.sendmsg(fd, &mh, sent ? flags | MSG_NOSIGNAL : flags);
 			if (r < 0) {
 				r = -errno;
+				/* After bytes went, the error the call took is the next call's. */
+				if (sent && r != -EAGAIN && r != -EPIPE && r != -EINTR)
+					atomic_store(&s->plain_err, (int)-r);
 				goto out; /* the kernel's errno and signal, as they are */
 			}
 			sent += (size_t)r;

@@ -136,7 +136,13 @@ int ss_fallback_flush(struct ss_sock *s)
 			ss_mirror_show(s, s->hold_len < s->hold_max ? SS_RDY_OUT : 0);
 			return -EAGAIN;
 		}
-		/* The connection broke: the application sees that on the TCP socket itself. */
+		/*
+		 * The connection broke, and this send took its error (the kernel
+		 * reports it once): the application's next call gets it from us
+		 * (io.c), as from the kernel. EPIPE the kernel says again.
+		 */
+		if (n < 0 && errno != EPIPE)
+			atomic_store(&s->plain_err, errno);
 		break;
 	}
 	free(s->hold);
