@@ -61,6 +61,8 @@ static void asking_plain(struct ss_sock *s, enum ss_reason why)
  */
 static bool asking_flush(struct ss_sock *s)
 {
+	int err = 0;
+
 	while (s->hold_len) {
 		ssize_t n =
 			ss_real.send(s->tcp_fd, s->hold, s->hold_len, MSG_DONTWAIT | MSG_NOSIGNAL);
@@ -71,25 +73,15 @@ static bool asking_flush(struct ss_sock *s)
 			return true;
 		}
 		if (n < 0) {
-			/*
-			 * The connection failed, and this send took its error
-			 * (the kernel reports it once): the application's next
-			 * call gets it from us, as TCP's would from the kernel.
-			 * EPIPE is no error of the peer: the kernel says it again.
-			 */
-			if (errno != EPIPE)
-				atomic_store(&s->plain_err, errno);
+			err = errno;
 			/* The application is told, as by TCP: no warning of ours on its stderr. */
 			ss_log_info("fd %d: %zu held bytes not sent: %s", s->fds[0], s->hold_len,
-				    strerror(errno));
+				    strerror(err));
 			break;
 		}
 		ss_hold_drop_front(s, (size_t)n);
 	}
-	if (s->shut_wr_held)
-		ss_real.shutdown(s->tcp_fd, SHUT_WR);
-	if (atomic_load(&s->shut_rd))
-		ss_real.shutdown(s->tcp_fd, SHUT_RD);
+	ss_flush_end(s, err);
 	asking_plain(s, s->reason);
 	return false;
 }

@@ -138,16 +138,12 @@ static bool io_asking_unanswered(struct ss_sock *s, bool *shut_rd)
 static bool io_read_shut(struct ss_sock *s)
 {
 	bool shut_rd = false;
+	int st;
 
 	if (io_asking_unanswered(s, &shut_rd))
 		return shut_rd;
-	if (ss_sock_state(s) != SS_SOCK_PROBING && ss_sock_state(s) != SS_SOCK_RECONNECTING)
-		return false;
-	pthread_mutex_lock(&s->lock);
-	shut_rd = atomic_load(&s->shut_rd) &&
-		  (ss_sock_state(s) == SS_SOCK_PROBING || ss_sock_state(s) == SS_SOCK_RECONNECTING);
-	pthread_mutex_unlock(&s->lock);
-	return shut_rd;
+	st = ss_sock_state(s);
+	return atomic_load(&s->shut_rd) && (st == SS_SOCK_PROBING || st == SS_SOCK_RECONNECTING);
 }
 
 int ss_io_queue_ioctl(int fd, unsigned long req, int *val, bool *handled)
@@ -629,6 +625,7 @@ static ssize_t io_up_recv_trunc(struct ss_sock *s, int fd, size_t want, int flag
 static ssize_t io_up_recv(struct ss_sock *s, int fd, const struct iovec *iov, int n, int flags)
 {
 	bool peek = flags & MSG_PEEK, waitall = (flags & MSG_WAITALL) && !peek, polled = false;
+	bool shut;
 	struct io_sig sig = io_sig_now();
 	size_t want, got = 0;
 	struct io_vec local;
@@ -654,22 +651,18 @@ static ssize_t io_up_recv(struct ss_sock *s, int fd, const struct iovec *iov, in
 		}
 		if (r != -EAGAIN)
 			break;
-		/* Shut for reading (shutdown SHUT_RD) with nothing queued: the end, as TCP's;
-		 * what the CQs hold first, as TCP's queue would have it. */
-		if (atomic_load_explicit(&s->shut_rd, memory_order_relaxed)) {
+		/*
+		 * Shut for reading (shutdown SHUT_RD), or not to wait (the
+		 * O_NONBLOCK flag looked up only now): what the CQs hold first,
+		 * then the end (as TCP's with nothing queued), or EAGAIN.
+		 */
+		shut = atomic_load_explicit(&s->shut_rd, memory_order_relaxed);
+		if (shut || !io_would_wait(s, fd, flags)) {
 			if (!polled && io_poll_cqs()) {
 				polled = true;
 				continue;
 			}
-			r = 0;
-			break;
-		}
-		/* The O_NONBLOCK flag is looked up only when the call would block. */
-		if (!io_would_wait(s, fd, flags)) {
-			if (!polled && io_poll_cqs()) {
-				polled = true;
-				continue;
-			}
+			r = shut ? 0 : r;
 			break;
 		}
 		r = io_wait_app_fd(s, fd, false, &sig);

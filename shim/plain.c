@@ -114,8 +114,26 @@ int ss_fallback(struct ss_sock *s, enum ss_reason why)
 	return ss_fallback_flush(s);
 }
 
+void ss_flush_end(struct ss_sock *s, int err)
+{
+	/*
+	 * A send that failed took the connection's error (the kernel reports
+	 * it once): the application's next call gets it from us (io.c), as
+	 * from the kernel. EPIPE is no error of the peer: the kernel says it
+	 * again.
+	 */
+	if (err && err != EPIPE)
+		atomic_store(&s->plain_err, err);
+	if (s->shut_wr_held)
+		ss_real.shutdown(s->tcp_fd, SHUT_WR);
+	if (atomic_load(&s->shut_rd))
+		ss_real.shutdown(s->tcp_fd, SHUT_RD);
+}
+
 int ss_fallback_flush(struct ss_sock *s)
 {
+	int err = 0;
+
 	/* After a live downgrade: the TCP exchange first, then the held bytes. */
 	if (s->down && ss_down_step(s) != 0) {
 		/* Writable while the hold has room (writes wait for the move meanwhile). */
@@ -136,22 +154,14 @@ int ss_fallback_flush(struct ss_sock *s)
 			ss_mirror_show(s, s->hold_len < s->hold_max ? SS_RDY_OUT : 0);
 			return -EAGAIN;
 		}
-		/*
-		 * The connection broke, and this send took its error (the kernel
-		 * reports it once): the application's next call gets it from us
-		 * (io.c), as from the kernel. EPIPE the kernel says again.
-		 */
-		if (n < 0 && errno != EPIPE)
-			atomic_store(&s->plain_err, errno);
+		/* The connection broke: its error is the application's (ss_flush_end). */
+		err = n < 0 ? errno : 0;
 		break;
 	}
 	free(s->hold);
 	s->hold = NULL;
 	s->hold_len = 0;
-	if (s->shut_wr_held)
-		ss_real.shutdown(s->tcp_fd, SHUT_WR);
-	if (atomic_load(&s->shut_rd))
-		ss_real.shutdown(s->tcp_fd, SHUT_RD);
+	ss_flush_end(s, err);
 	/* Before the TCP socket changes hands: the progress thread must not watch it any more. */
 	if (s->bg)
 		ss_tp->worker_unwatch(ss_w, &s->watch);

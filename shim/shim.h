@@ -248,6 +248,12 @@ int ss_fallback(struct ss_sock *s, enum ss_reason why);
 
 /* FALLBACK: writes more of the held bytes; hands tcp_fd back once all went. Lock held. */
 int ss_fallback_flush(struct ss_sock *s);
+/*
+ * The end of a flush of held bytes to s's TCP socket (asking.c,
+ * ss_fallback_flush): err, the error a send of it took (0: none), is kept
+ * for the application (plain_err); then the held shutdowns. Lock held.
+ */
+void ss_flush_end(struct ss_sock *s, int err);
 
 /*
  * Takes what the strip rule of s says off the head of the TCP stream on fd
