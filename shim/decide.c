@@ -74,6 +74,19 @@ int ss_rtt_ms(int fd)
 	return (int)(ti.tcpi_rtt / 1000);
 }
 
+bool ss_read_end_is_ours(struct ss_sock *s, int fd)
+{
+	struct tcp_info ti;
+	socklen_t len = sizeof(ti);
+
+	if (!atomic_load(&s->shut_rd) ||
+	    ss_real.getsockopt(fd, IPPROTO_TCP, TCP_INFO, &ti, &len) != 0)
+		return false;
+	/* The peer's FIN is in from CLOSE_WAIT on; before, the end is our SHUT_RD's. */
+	return ti.tcpi_state == TCP_ESTABLISHED || ti.tcpi_state == TCP_FIN_WAIT1 ||
+	       ti.tcpi_state == TCP_FIN_WAIT2;
+}
+
 int ss_send_msg(int fd, const struct ss_msg *m, int ms)
 {
 	return ss_hs_write(&ss_real_io, fd, m, ms ? ss_deadline_in(ms) : 0);

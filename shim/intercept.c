@@ -788,11 +788,19 @@ EXPORT int shutdown(int fd, int how)
 
 	real_ready();
 	s = ss_sock_get(fd);
-	if (!s || ss_sock_state(s) < SS_SOCK_CONNECTING || ss_sock_state(s) == SS_SOCK_PLAIN ||
-	    ss_sock_state(s) == SS_SOCK_ACCEPTED) {
+	if (!s || ss_sock_state(s) < SS_SOCK_CONNECTING) {
 		ss_sock_put(s);
 		return ss_real.shutdown(fd, how);
 	}
+	/*
+	 * An accepted connection is decided first, as a write decides it: its
+	 * TCP socket must not be shut under a HELLO that may still come (our
+	 * read of it would take the end for the client's), and an upgrade must
+	 * still be answered.
+	 */
+	if (ss_sock_state(s) == SS_SOCK_ACCEPTED &&
+	    (how == SHUT_RD || how == SHUT_WR || how == SHUT_RDWR))
+		ss_io_decide_for_write(s, fd);
 	ret = 0;
 	pthread_mutex_lock(&s->lock);
 	/* The state again, under the lock: it may have moved on since the look above. */
@@ -800,6 +808,10 @@ EXPORT int shutdown(int fd, int how)
 	if (how != SHUT_RD && how != SHUT_WR && how != SHUT_RDWR) {
 		ret = -EINVAL;
 	} else if (st == SS_SOCK_PLAIN) {
+		/* Handshake messages may still be taken off its head: a read shut is known
+		 * (plain.c). */
+		if (how != SHUT_WR)
+			atomic_store(&s->shut_rd, true);
 		ret = ss_real.shutdown(fd, how) ? -errno : 0;
 	} else if (st == SS_SOCK_CONNECTING) {
 		ret = how == SHUT_RD ? 0 : -ENOTCONN;

@@ -456,8 +456,7 @@ static int io_decide_for_read(struct ss_sock *s, int fd, int flags)
 	return ret;
 }
 
-/* Decides an accepted connection at a write: the client's HELLO has a bounded time to come. */
-static void io_decide_for_write(struct ss_sock *s, int fd)
+void ss_io_decide_for_write(struct ss_sock *s, int fd)
 {
 	int wait = ss_cfg.server_wait_ms + 4 * ss_rtt_ms(fd);
 
@@ -913,7 +912,7 @@ ssize_t ss_io_send(int fd, const struct iovec *iov, int n, int flags, bool *hand
 	ss_in_call++;
 	while (sent < want || (want == 0 && r == 0)) {
 		switch ((st = ss_sock_state(s))) {
-		case SS_SOCK_ACCEPTED: io_decide_for_write(s, fd); continue;
+		case SS_SOCK_ACCEPTED: ss_io_decide_for_write(s, fd); continue;
 		case SS_SOCK_CONNECTING:
 			/* As TCP: a write waits for the connect (EAGAIN when it may not wait). */
 			r = io_wait_decision(s, fd, flags, true);

@@ -46,6 +46,13 @@ void ss_io_timeo_changed(struct ss_sock *s, bool out);
  */
 bool ss_io_ours(int fd, bool reading);
 
+/*
+ * Decides an accepted connection (s, its fd) as a write does, before the
+ * write or a shutdown: the client's HELLO has a bounded time to come; none
+ * in time: plain, and a late HELLO is taken out of the stream.
+ */
+void ss_io_decide_for_write(struct ss_sock *s, int fd);
+
 /* A write-like call on fd; as ss_io_recv(). */
 ssize_t ss_io_send(int fd, const struct iovec *iov, int n, int flags, bool *handled);
 

@@ -222,6 +222,11 @@ int ss_strip(struct ss_sock *s, int fd, bool wait)
 			continue;
 		case SS_HSR_TIMEOUT: return 0; /* nothing there yet: the next read looks again */
 		case SS_HSR_PARTIAL: return -EAGAIN;
+		case SS_HSR_EOF:
+			if (ss_read_end_is_ours(s, fd))
+				return 0; /* shut for reading: a late message may still come */
+			s->strip = SS_STRIP_NONE;
+			break;
 		default:
 			/* Application bytes, or the end: nothing more is ever stripped. */
 			s->strip = SS_STRIP_NONE;

@@ -103,6 +103,14 @@ uint64_t ss_deadline_in(int ms);
 /* The TCP round trip of fd, for raising waits on slow paths (0 if unknown). */
 int ss_rtt_ms(int fd);
 
+/*
+ * Whether the end that one of our reads of TCP fd found is the
+ * application's own shutdown(SHUT_RD) (s->shut_rd), not the peer's: after
+ * SHUT_RD, Linux's TCP read gives 0 whenever nothing is queued, and the
+ * peer's later bytes (a HELLO) still come. Such an end decides nothing.
+ */
+bool ss_read_end_is_ours(struct ss_sock *s, int fd);
+
 /* Creates s->conn for the local address of TCP fd (or local), filling s->mine. Returns a reason. */
 enum ss_reason ss_make_conn(struct ss_sock *s, int fd, const struct sockaddr_storage *local);
 

@@ -100,6 +100,14 @@ start_case shutrd silent "" ""
 # The same to a plain server: the shutdown is held through the connection
 # made again, and applied to it.
 start_case shutrd silent - ""
+# A server that shuts its reading right after accept, before the HELLO
+# (100 ms late) is there: the shutdown decides the connection as a write
+# does (here LATER, within the server's wait), so the HELLO never reaches
+# the application and the end the server's reads find is its own.
+start_case ping shutrd "" "SRQSHIM_TEST_DELAYS=client-hello=100"
+# The same shutting its writing: the client reads the end, then its bytes
+# reach the server.
+start_case endfirst shutwr "" ""
 # The server resets while held bytes are still going to TCP (LATER 300 ms
 # late, 1 MiB held): the error our send took is the application's, after
 # the server's greeting that came before it.
@@ -118,3 +126,17 @@ start_case nbread greet "" "SRQSHIM_TEST_DELAYS=client-look=400"
 pkts=$(($(rdma_pkts) - pkts0))
 [ $pkts -eq 0 ] || fail "the device sent $pkts packets for connections that start on TCP"
 pass "no RDMA packet sent"
+
+# Shuts of connections that upgrade (not started on TCP): after the check above.
+# The server's shutdown(SHUT_RD) before the HELLO, as above: an upgrade.
+pkts0=$(rdma_pkts)
+start_case ping shutrd "" "SRQSHIM_START=rdma SRQSHIM_TEST_DELAYS=client-hello=100"
+# Its shutdown(SHUT_WR): the client reads the end over RDMA.
+start_case endfirst shutwr "" "SRQSHIM_START=rdma"
+pkts=$(($(rdma_pkts) - pkts0))
+[ $pkts -gt 0 ] || fail "the shuts of upgraded connections sent no RDMA packet"
+# A client shut for reading declines an ACCEPT that comes after its acked
+# wait: the ACCEPT, 0.5 s later, is taken off the stream though the
+# kernel's read of it now gives the end (our own SHUT_RD's, not the peer's).
+start_case shutrd silent "SRQSHIM_TEST_DELAYS=server-accept=800" \
+	"SRQSHIM_START=rdma SRQSHIM_ACKED_TIMEOUT_MS=300"

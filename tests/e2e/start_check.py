@@ -8,7 +8,10 @@ kernel TCP and under the shim; timings only as bounds far above TCP's.
       bytes to stdout at its end ("conn N: REPR"); MODE reply: answers
       b"PONG\\n" to b"PING\\n"; greet: writes b"HI\\n" first, then as
       reply; silent: never writes; reset: small buffers, writes b"HI\\n",
-      reads nothing, closes after 1 s (a reset: bytes unread)
+      reads nothing, closes after 1 s (a reset: bytes unread); shutrd:
+      shuts its reading at once, reads at once, then every 50 ms until
+      b"PING\n" came (bounded), answers b"PONG\n"; shutwr: shuts its
+      writing at once, then reads to the end
   start_check.py CASE ADDR PORT           a client case:
       close: writes, closes at once (close must not wait for the server)
       poll:  non-blocking, writes, waits in poll for the reply
@@ -19,6 +22,8 @@ kernel TCP and under the shim; timings only as bounds far above TCP's.
       reset-write: as reset, one more write at 0.5 s, then a write, reads
       fionread: FIONREAD 0.2 s after connect, before the server writes
       nbread: a non-blocking read 0.2 s after connect (the greeting is in)
+      ping: writes b"PING\n" 0.2 s after connect, reads the reply
+      endfirst: reads (the server's end), then writes b"PING\n"
 """
 import fcntl
 import os
@@ -43,6 +48,19 @@ def server(addr, port, mode):
 
     def handle(c, k):
         got = b""
+        if mode == "shutrd":
+            t0 = time.time()
+            c.shutdown(socket.SHUT_RD)
+            first = c.recv(100)
+            while not got.endswith(b"PING\n") and time.time() - t0 < 5:
+                time.sleep(0.05)
+                got += c.recv(100)
+            c.sendall(b"PONG\n")
+            print("conn %d: read at once %r, then %r" % (k, first, got), flush=True)
+            c.close()
+            return
+        if mode == "shutwr":
+            c.shutdown(socket.SHUT_WR)
         if mode in ("greet", "reset"):
             c.sendall(b"HI\n")
         if mode == "reset":
@@ -179,6 +197,19 @@ def case(which, addr, port):
         s.setblocking(True)
         s.sendall(b"PING\n")
         print("reply:", s.recv(100), flush=True)
+        s.close()
+    elif which == "ping":
+        s = socket.create_connection((addr, port))
+        time.sleep(0.2)
+        s.sendall(b"PING\n")
+        s.settimeout(10)
+        print("reply:", s.recv(100), flush=True)
+        s.close()
+    elif which == "endfirst":
+        s = socket.create_connection((addr, port))
+        s.settimeout(10)
+        print("read:", s.recv(100), flush=True)
+        s.sendall(b"PING\n")
         s.close()
 
 
