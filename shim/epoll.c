@@ -437,10 +437,11 @@ static int ep_sweep_stale(struct ss_sock *s)
 }
 
 /*
- * Whether the shadow of e can answer a registration with events ev for s
- * now: not while a thread sleeps in a kernel wait on e that our wake-up fd
- * does not reach (it began before the transport was loaded): that one
- * would never learn of the registration.
+ * Whether the shadow of e may answer a registration with events ev for s.
+ * Not while a thread sleeps in a kernel wait on e that our wake-up fd does
+ * not reach (it began before the transport was loaded, or no wake-up fd
+ * could be made): that one would never learn of the registration. That
+ * count is read again under e->lock, where it grows (ep_make_fast).
  */
 static bool ep_can_answer(struct ss_ep *e, struct ss_sock *s, uint32_t events)
 {
@@ -464,14 +465,22 @@ static void ep_count_kernel(struct ss_ep *e, int delta)
 		atomic_fetch_add_explicit(&e->n_kernel, delta, memory_order_relaxed);
 }
 
-/* Makes r fast in e: out of the kernel set, into the shadow (queued if ready). fd_lock held. */
-static void ep_make_fast(struct ss_ep *e, struct ss_epreg *r, bool in_kernel)
+/*
+ * Makes r fast in e: out of the kernel set, into the shadow (queued if
+ * ready). fd_lock held. False (nothing done) when a blind sleeper came
+ * since ep_can_answer looked: the kernel goes on answering r.
+ */
+static bool ep_make_fast(struct ss_ep *e, struct ss_epreg *r, bool in_kernel)
 {
 	pthread_mutex_lock(&e->lock);
+	if (atomic_load(&e->blind_sleepers) != 0) {
+		pthread_mutex_unlock(&e->lock);
+		return false;
+	}
 	if (e->dead) {
 		/* Closed meanwhile (its cleanup may have passed r by): r stays as it is, stale. */
 		pthread_mutex_unlock(&e->lock);
-		return;
+		return true;
 	}
 	if (in_kernel) {
 		ss_real.epoll_ctl(r->epfd, EPOLL_CTL_DEL, r->fd, NULL);
@@ -495,6 +504,7 @@ static void ep_make_fast(struct ss_ep *e, struct ss_epreg *r, bool in_kernel)
 		ep_queue_locked(e, r);
 	ep_wake_locked(e);
 	pthread_mutex_unlock(&e->lock);
+	return true;
 }
 
 /* Takes r out of the shadow (the caller puts it in the kernel, or frees it). fd_lock held. */
@@ -574,13 +584,12 @@ int ss_epoll_ctl(int epfd, int op, int fd, struct ss_sock *s, struct epoll_event
 		r->s = s;
 		atomic_fetch_add(&s->refs, 1);
 		atomic_init(&r->refs, 1); /* the socket list's */
-		if (ep_can_answer(e, s, ev->events)) {
-			ep_make_fast(e, r, false);
-		} else if (ss_real.epoll_ctl(epfd, op, fd, ev) != 0) {
-			ret = -errno;
-			epreg_put(r);
-			break;
-		} else {
+		if (!ep_can_answer(e, s, ev->events) || !ep_make_fast(e, r, false)) {
+			if (ss_real.epoll_ctl(epfd, op, fd, ev) != 0) {
+				ret = -errno;
+				epreg_put(r);
+				break;
+			}
 			ep_count_kernel(e, 1);
 			if (ss_sock_state(s) == SS_SOCK_UPGRADED)
 				mirror += ep_mirror(r, true);
@@ -648,12 +657,10 @@ void ss_epoll_upgraded(struct ss_sock *s)
 	for (struct ss_epreg *r = s->epregs; r; r = r->s_next) {
 		if (r->fast)
 			continue;
-		if (ep_can_answer(r->ep, s, r->ev.events)) {
+		if (ep_can_answer(r->ep, s, r->ev.events) && ep_make_fast(r->ep, r, true))
 			mirror += ep_mirror(r, false);
-			ep_make_fast(r->ep, r, true);
-		} else {
+		else
 			mirror += ep_mirror(r, true);
-		}
 	}
 	pthread_mutex_unlock(&s->fd_lock);
 	ep_mirror_apply(s, mirror, true); /* ss_become_upgraded holds s->lock */
@@ -1015,7 +1022,7 @@ int ss_epoll_wait(int epfd, struct epoll_event *evs, int max, int timeout_ms, co
 	struct ss_ep *e = ep_get(epfd);
 	struct ss_wait wt;
 	enum ss_wait_next next;
-	bool woken;
+	bool woken, blind;
 	int n = 0, k;
 
 	*handled = false;
@@ -1024,10 +1031,21 @@ int ss_epoll_wait(int epfd, struct epoll_event *evs, int max, int timeout_ms, co
 		return 0;
 	}
 	*handled = true;
-	if (e->kernel_only || !ss_wait_has_transport()) {
-		/* The kernel's alone; counted, so that no registration leaves its sight
-		 * meanwhile. */
-		atomic_fetch_add(&e->blind_sleepers, 1);
+	/*
+	 * The kernel's alone; counted, so that no registration leaves its
+	 * sight meanwhile. Under e->lock, where ep_make_fast reads the count:
+	 * either it sees this sleeper, or this call sees the transport that
+	 * the registration's upgrade loaded (once loaded, it stays: no lock).
+	 */
+	blind = e->kernel_only || !ss_wait_has_transport();
+	if (blind) {
+		pthread_mutex_lock(&e->lock);
+		blind = e->kernel_only || !ss_wait_has_transport();
+		if (blind)
+			atomic_fetch_add(&e->blind_sleepers, 1);
+		pthread_mutex_unlock(&e->lock);
+	}
+	if (blind) {
 		ss_wait_begin(&wt, timeout_ms, ss_sig_any());
 		do {
 			/* Our own entries may still be in its set: they are taken care of. */

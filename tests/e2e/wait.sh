@@ -22,7 +22,7 @@ for mode in srq rq; do
 	env LD_PRELOAD="$PRELOAD" SRQSHIM_MODE=$mode WC_STATUS="$WORK/st" WC_CTL="$CTL" \
 		timeout 300 "$WC" "$ADDR" $port > "$WORK/$mode.txt" ||
 		{ cat "$WORK/$mode.txt"; fail "$mode: wait_check failed"; }
-	python3 - "$WORK/st" "$mode" <<'PY' || fail "$mode: the pair was not upgraded"
+	python3 - "$WORK/st" "$mode" <<'PY' || { cat "$WORK/st"; fail "$mode: the pair was not upgraded"; }
 import json, sys
 d = json.load(open(sys.argv[1]))
 conns = [c for p in d["processes"] for c in p["connections"]]
