@@ -473,14 +473,14 @@ static void ep_count_kernel(struct ss_ep *e, int delta)
 static bool ep_make_fast(struct ss_ep *e, struct ss_epreg *r, bool in_kernel)
 {
 	pthread_mutex_lock(&e->lock);
-	if (atomic_load(&e->blind_sleepers) != 0) {
-		pthread_mutex_unlock(&e->lock);
-		return false;
-	}
 	if (e->dead) {
 		/* Closed meanwhile (its cleanup may have passed r by): r stays as it is, stale. */
 		pthread_mutex_unlock(&e->lock);
 		return true;
+	}
+	if (atomic_load(&e->blind_sleepers) != 0) {
+		pthread_mutex_unlock(&e->lock);
+		return false;
 	}
 	if (in_kernel) {
 		ss_real.epoll_ctl(r->epfd, EPOLL_CTL_DEL, r->fd, NULL);

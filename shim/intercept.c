@@ -781,6 +781,33 @@ EXPORT int close_range(unsigned first, unsigned last, int flags)
 	return ss_real.close_range(first, last, flags);
 }
 
+/* A client whose TCP connect still runs (lock held): CONNECTING, or ASKING before its HELLO. */
+static bool shut_connect_runs(struct ss_sock *s)
+{
+	int st = ss_sock_state(s);
+
+	return st == SS_SOCK_CONNECTING || (st == SS_SOCK_ASKING && !s->hello_sent);
+}
+
+/*
+ * shutdown() while the TCP connect runs: Linux's aborts the connect
+ * (ECONNRESET pending, the socket unconnected again), whatever how says.
+ * So does ours, once a look finds the connect still running; the
+ * negotiation then ends as after a failed connect (plain, the error the
+ * application's). Lock held; true when that was the case.
+ */
+static bool shut_connecting(struct ss_sock *s, int how, int *ret)
+{
+	if (!shut_connect_runs(s))
+		return false;
+	ss_client_step(s); /* it may have ended meanwhile: then the HELLO goes out first */
+	if (!shut_connect_runs(s))
+		return false;
+	*ret = ss_real.shutdown(s->tcp_fd, how) ? -errno : 0;
+	ss_client_step(s);
+	return true;
+}
+
 EXPORT int shutdown(int fd, int how)
 {
 	struct ss_sock *s;
@@ -792,29 +819,38 @@ EXPORT int shutdown(int fd, int how)
 		ss_sock_put(s);
 		return ss_real.shutdown(fd, how);
 	}
+	ss_in_call++;
 	/*
-	 * An accepted connection is decided first, as a write decides it: its
-	 * TCP socket must not be shut under a HELLO that may still come (our
-	 * read of it would take the end for the client's), and an upgrade must
-	 * still be answered.
+	 * An accepted connection is decided first, as a write decides it
+	 * (waiting as long: SRQSHIM_SERVER_WAIT_MS and four round trips for the
+	 * HELLO): its TCP socket must not be shut under a HELLO that may still
+	 * come (our read of it would take the end for the client's), and an
+	 * upgrade must still be answered.
 	 */
 	if (ss_sock_state(s) == SS_SOCK_ACCEPTED &&
 	    (how == SHUT_RD || how == SHUT_WR || how == SHUT_RDWR))
 		ss_io_decide_for_write(s, fd);
 	ret = 0;
-	pthread_mutex_lock(&s->lock);
-	/* The state again, under the lock: it may have moved on since the look above. */
-	st = ss_sock_state(s);
-	if (how != SHUT_RD && how != SHUT_WR && how != SHUT_RDWR) {
-		ret = -EINVAL;
-	} else if (st == SS_SOCK_PLAIN) {
-		/* Handshake messages may still be taken off its head: a read shut is known
-		 * (plain.c). */
-		if (how != SHUT_WR)
+	if (ss_sock_state(s) == SS_SOCK_PLAIN) {
+		/*
+		 * Plain for good: no lock (a read may wait under it for the first
+		 * bytes, plain.c, and this shutdown is what wakes it). Handshake
+		 * messages may still be taken off its head: the read shut is
+		 * known first, so that its end is not taken for the peer's.
+		 */
+		if (how == SHUT_RD || how == SHUT_RDWR)
 			atomic_store(&s->shut_rd, true);
 		ret = ss_real.shutdown(fd, how) ? -errno : 0;
-	} else if (st == SS_SOCK_CONNECTING) {
-		ret = how == SHUT_RD ? 0 : -ENOTCONN;
+		goto out;
+	}
+	pthread_mutex_lock(&s->lock);
+	st = ss_sock_state(s); /* again, under the lock: it may have moved on */
+	if (how != SHUT_RD && how != SHUT_WR && how != SHUT_RDWR) {
+		ret = -EINVAL;
+	} else if (shut_connecting(s, how, &ret)) {
+		/* The connect is aborted: nothing else to shut. */
+	} else if ((st = ss_sock_state(s)) == SS_SOCK_PLAIN) {
+		ret = ss_real.shutdown(fd, how) ? -errno : 0;
 	} else {
 		/* Reading: reads see the end once nothing is theirs (io.c), TCP's once plain. */
 		if (how != SHUT_WR && !atomic_exchange(&s->shut_rd, true) && st == SS_SOCK_UPGRADED)
@@ -829,6 +865,8 @@ EXPORT int shutdown(int fd, int how)
 		}
 	}
 	pthread_mutex_unlock(&s->lock);
+out:
+	ss_in_call--;
 	ss_sock_put(s);
 	return (int)to_libc(ret);
 }

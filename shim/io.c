@@ -470,14 +470,27 @@ void ss_io_decide_for_write(struct ss_sock *s, int fd)
 	pthread_mutex_unlock(&s->lock);
 }
 
-/* A plain connection with handshake messages to take off its head before reading. */
+/*
+ * A plain connection with handshake messages to take off its head before
+ * reading. Returns 0 (the application's read goes to TCP), IO_STRIP_END
+ * (shut for reading, nothing there: the end) or -errno. While a message
+ * may still come and nothing is there, the read's answer is given here,
+ * under the lock (EAGAIN, or the end after SHUT_RD): the real read, made
+ * unlocked, would take a message that came meanwhile for the stream's.
+ */
+#define IO_STRIP_END 1
 static int io_strip_for_read(struct ss_sock *s, int fd, int flags)
 {
 	int ret = 0;
 
 	pthread_mutex_lock(&s->lock);
-	if (s->strip != SS_STRIP_NONE)
-		ret = ss_strip(s, fd, io_would_wait(s, fd, flags));
+	while (s->strip != SS_STRIP_NONE && ret == 0) {
+		bool shut = atomic_load(&s->shut_rd), wait = !shut && io_would_wait(s, fd, flags);
+
+		ret = ss_strip(s, fd, wait);
+		if (ret == 0 && s->strip != SS_STRIP_NONE && !wait)
+			ret = shut ? IO_STRIP_END : -EAGAIN;
+	}
 	pthread_mutex_unlock(&s->lock);
 	return ret;
 }
@@ -847,6 +860,8 @@ ssize_t ss_io_recv(int fd, const struct iovec *iov, int n, int flags, bool *hand
 				ss_io_forget_if_plain(s);
 				goto not_ours;
 			}
+			if (r == IO_STRIP_END)
+				r = 0;
 			break;
 		default: goto not_ours;
 		}

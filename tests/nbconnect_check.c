@@ -13,6 +13,10 @@
  *            shows, SO_ERROR (ECONNREFUSED), SO_ERROR again (0)
  *   timeout  DEADADDR never answers, TCP_SYNCNT 1: nothing shown for
  *            300 ms, then the failure (ETIMEDOUT after about 3 s)
+ *   shut     shutdown() while DEADADDR's connect is in progress (SHUT_RD,
+ *            SHUT_WR, SHUT_RDWR by style): it aborts the connect, as
+ *            Linux's does: what the wait shows, SO_ERROR, a write and a
+ *            read after it
  *   self     one event loop serves its own connections: it listens,
  *            connects to itself 3 times, accepts, and each connection
  *            sends 1,000 bytes and gets them echoed, all non-blocking
@@ -95,6 +99,10 @@ static const char *err_name(int e)
 	case ECONNREFUSED: return "ECONNREFUSED";
 	case ETIMEDOUT: return "ETIMEDOUT";
 	case EHOSTUNREACH: return "EHOSTUNREACH";
+	case ECONNRESET: return "ECONNRESET";
+	case EPIPE: return "EPIPE";
+	case ENOTCONN: return "ENOTCONN";
+	case EAGAIN: return "EAGAIN";
 	case ENETUNREACH: return "ENETUNREACH";
 	default: snprintf(buf, sizeof(buf), "errno %d", e); return buf;
 	}
@@ -171,6 +179,24 @@ static void scenario_timeout(enum style st, const char *dead, int port)
 	printf("timeout %s: wait 300 ms %s\n", style_name[st], wait_out(st, c, 300));
 	printf("timeout %s: wait %s\n", style_name[st], wait_out(st, c, 20000));
 	printf("timeout %s: SO_ERROR %s\n", style_name[st], err_name(so_error(c)));
+	close(c);
+}
+
+/* shutdown() of a connect still in progress (SHUT_RD, _WR, _RDWR by style). */
+static void scenario_shut(enum style st, const char *dead, int port)
+{
+	int c = nb_connect("shut", st, dead, port, 1), how = SHUT_RD + (int)st;
+	char b = 'x';
+	ssize_t n;
+
+	printf("shut %s: shutdown %s\n", style_name[st],
+	       err_name(shutdown(c, how) == 0 ? 0 : errno));
+	printf("shut %s: wait %s\n", style_name[st], wait_out(st, c, 3000));
+	printf("shut %s: SO_ERROR %s\n", style_name[st], err_name(so_error(c)));
+	n = send(c, &b, 1, MSG_NOSIGNAL);
+	printf("shut %s: send %s\n", style_name[st], n < 0 ? err_name(errno) : "1");
+	n = recv(c, &b, 1, 0);
+	printf("shut %s: recv %s\n", style_name[st], n < 0 ? err_name(errno) : n ? "1" : "0");
 	close(c);
 }
 
@@ -310,6 +336,7 @@ int main(int argc, char **argv)
 		scenario_refused((enum style)st, addr, port);
 		scenario_self((enum style)st, addr, port + 2 + st);
 		scenario_timeout((enum style)st, dead, port);
+		scenario_shut((enum style)st, dead, port);
 	}
 	close(l);
 	return 0;

@@ -105,9 +105,18 @@ start_case shutrd silent - ""
 # does (here LATER, within the server's wait), so the HELLO never reaches
 # the application and the end the server's reads find is its own.
 start_case ping shutrd "" "SRQSHIM_TEST_DELAYS=client-hello=100"
+# The same with the HELLO 400 ms late, after the server's wait: the shutdown
+# makes it plain, and the late HELLO is taken off the stream by a read
+# although the kernel's read gives the end (its own SHUT_RD's, not the
+# client's FIN); the client gets DECLINE and its bytes follow on TCP.
+start_case ping shutrd "" "SRQSHIM_TEST_DELAYS=client-hello=400"
 # The same shutting its writing: the client reads the end, then its bytes
 # reach the server.
 start_case endfirst shutwr "" ""
+# A plain client (never a HELLO): the server's read waits for the first
+# bytes under the socket's lock, and another thread's shutdown, which must
+# not wait for that lock, ends it.
+start_case readall greet-shut "" "SRQSHIM_MODE=tcp"
 # The server resets while held bytes are still going to TCP (LATER 300 ms
 # late, 1 MiB held): the error our send took is the application's, after
 # the server's greeting that came before it.
@@ -129,12 +138,17 @@ pass "no RDMA packet sent"
 
 # Shuts of connections that upgrade (not started on TCP): after the check above.
 # The server's shutdown(SHUT_RD) before the HELLO, as above: an upgrade.
-pkts0=$(rdma_pkts)
-start_case ping shutrd "" "SRQSHIM_START=rdma SRQSHIM_TEST_DELAYS=client-hello=100"
+upgraded_case() {
+	local pkts0
+	pkts0=$(rdma_pkts)
+	start_case "$@"
+	[ $(($(rdma_pkts) - pkts0)) -gt 0 ] || fail "$1 ($2): no RDMA packet sent: not upgraded"
+}
+upgraded_case ping shutrd "" "SRQSHIM_START=rdma SRQSHIM_TEST_DELAYS=client-hello=100"
 # Its shutdown(SHUT_WR): the client reads the end over RDMA.
-start_case endfirst shutwr "" "SRQSHIM_START=rdma"
-pkts=$(($(rdma_pkts) - pkts0))
-[ $pkts -gt 0 ] || fail "the shuts of upgraded connections sent no RDMA packet"
+upgraded_case endfirst shutwr "" "SRQSHIM_START=rdma"
+# The HELLO after the server's wait: plain, the HELLO taken off, as above.
+start_case ping shutrd "" "SRQSHIM_START=rdma SRQSHIM_TEST_DELAYS=client-hello=400"
 # A client shut for reading declines an ACCEPT that comes after its acked
 # wait: the ACCEPT, 0.5 s later, is taken off the stream though the
 # kernel's read of it now gives the end (our own SHUT_RD's, not the peer's).

@@ -11,7 +11,9 @@ kernel TCP and under the shim; timings only as bounds far above TCP's.
       reads nothing, closes after 1 s (a reset: bytes unread); shutrd:
       shuts its reading at once, reads at once, then every 50 ms until
       b"PING\n" came (bounded), answers b"PONG\n"; shutwr: shuts its
-      writing at once, then reads to the end
+      writing at once, then reads to the end; greet-shut: writes b"HI\n",
+      then waits in a blocking read that another thread's
+      shutdown(SHUT_RDWR) ends 0.3 s later
   start_check.py CASE ADDR PORT           a client case:
       close: writes, closes at once (close must not wait for the server)
       poll:  non-blocking, writes, waits in poll for the reply
@@ -24,6 +26,7 @@ kernel TCP and under the shim; timings only as bounds far above TCP's.
       nbread: a non-blocking read 0.2 s after connect (the greeting is in)
       ping: writes b"PING\n" 0.2 s after connect, reads the reply
       endfirst: reads (the server's end), then writes b"PING\n"
+      readall: reads to the end (at most 5 s)
 """
 import fcntl
 import os
@@ -61,6 +64,15 @@ def server(addr, port, mode):
             return
         if mode == "shutwr":
             c.shutdown(socket.SHUT_WR)
+        if mode == "greet-shut":
+            c.sendall(b"HI\n")
+            threading.Timer(0.3, c.shutdown, args=(socket.SHUT_RDWR,)).start()
+            t0 = time.time()
+            d = c.recv(100)
+            print("conn %d: the blocked read gave %r, within 2 s: %s"
+                  % (k, d, time.time() - t0 < 2), flush=True)
+            c.close()
+            return
         if mode in ("greet", "reset"):
             c.sendall(b"HI\n")
         if mode == "reset":
@@ -204,6 +216,17 @@ def case(which, addr, port):
         s.sendall(b"PING\n")
         s.settimeout(10)
         print("reply:", s.recv(100), flush=True)
+        s.close()
+    elif which == "readall":
+        s = socket.create_connection((addr, port))
+        s.settimeout(5)
+        got = b""
+        try:
+            while d := s.recv(100):
+                got += d
+        except socket.timeout:
+            got += b"<timeout>"
+        print("read all:", got, flush=True)
         s.close()
     elif which == "endfirst":
         s = socket.create_connection((addr, port))
