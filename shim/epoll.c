@@ -930,6 +930,30 @@ static int ep_kernel_wait(struct ss_ep *e, struct epoll_event *evs, int max, int
 	return k;
 }
 
+/*
+ * A blind sleeper cancelled in its kernel wait: it stops counting (else no
+ * registration of e would become fast again), and its call's reference goes.
+ */
+static void ep_blind_cancelled(void *arg)
+{
+	struct ss_ep *e = arg;
+
+	atomic_fetch_sub(&e->blind_sleepers, 1);
+	ep_put(e);
+}
+
+/* ep_kernel_wait for a caller counted in e->blind_sleepers. */
+static int ep_blind_wait(struct ss_ep *e, struct epoll_event *evs, int max, int timeout_ms,
+			 const sigset_t *mask, bool *woken)
+{
+	int n;
+
+	pthread_cleanup_push(ep_blind_cancelled, e);
+	n = ep_kernel_wait(e, evs, max, timeout_ms, mask, woken, NULL, false);
+	pthread_cleanup_pop(0);
+	return n;
+}
+
 static int ep_harvest(struct ss_ep *e, struct epoll_event *evs, int max)
 {
 	int n;
@@ -990,8 +1014,8 @@ static bool ep_wait_unarmed(struct ss_ep *e, struct epoll_event *evs, int max, i
 		}
 		pthread_mutex_unlock(&e->lock);
 		woken = false;
-		*n = ep_kernel_wait(e, evs, max, *timeout_ms, mask, &woken, blind ? NULL : &counted,
-				    !blind);
+		*n = blind ? ep_blind_wait(e, evs, max, *timeout_ms, mask, &woken)
+			   : ep_kernel_wait(e, evs, max, *timeout_ms, mask, &woken, &counted, true);
 		if (blind)
 			atomic_fetch_sub(&e->blind_sleepers, 1);
 		if (*n != 0 || !woken || *timeout_ms == 0)
@@ -1050,8 +1074,7 @@ int ss_epoll_wait(int epfd, struct epoll_event *evs, int max, int timeout_ms, co
 		do {
 			/* Our own entries may still be in its set: they are taken care of. */
 			woken = false;
-			n = ep_kernel_wait(e, evs, max, ss_wait_left_ms(&wt), mask, &woken, NULL,
-					   false);
+			n = ep_blind_wait(e, evs, max, ss_wait_left_ms(&wt), mask, &woken);
 		} while (n == 0 && woken && ss_wait_left_ms(&wt) != 0);
 		atomic_fetch_sub(&e->blind_sleepers, 1);
 		ep_put(e);
