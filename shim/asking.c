@@ -27,6 +27,9 @@
 #include "shim/shim.h"
 #include "transport/log.h"
 
+/* How often the progress thread looks for the answer of a socket shut for reading. */
+#define ASKING_SHUT_LOOK_MS 5
+
 /* The HELLO of a connection that starts on TCP: no QP is made for it. */
 static struct ss_msg asking_hello(uint32_t nonce)
 {
@@ -115,7 +118,8 @@ static void asking_answers(struct ss_sock *s)
 		bool ours = rr == SS_HSR_MSG && m.nonce == s->nonce;
 
 		s->partial = rr == SS_HSR_PARTIAL;
-		if (rr == SS_HSR_TIMEOUT)
+		/* The end of our own SHUT_RD is no answer (its fd shows it at once, as TCP's). */
+		if (rr == SS_HSR_TIMEOUT || (rr == SS_HSR_EOF && ss_read_end_is_ours(s, s->tcp_fd)))
 			return;
 		if (rr == SS_HSR_PARTIAL) {
 			ss_bg_kick(s, ss_deadline_in(2)); /* the rest of it is looked for shortly */
@@ -162,8 +166,12 @@ short ss_asking_events(const struct ss_sock *s)
 {
 	if (!s->hello_sent || s->answered)
 		return POLLOUT;
-	/* Part of the answer shows POLLIN until the rest comes: the caller's slice is the wait. */
-	return s->partial ? 0 : POLLIN;
+	/*
+	 * Part of the answer shows POLLIN until the rest comes, and so does
+	 * the end of our own SHUT_RD always: the caller's slice is the wait
+	 * (the progress thread's, ASKING_SHUT_LOOK_MS: ss_asking_step).
+	 */
+	return s->partial || atomic_load(&s->shut_rd) ? 0 : POLLIN;
 }
 
 bool ss_asking_step(struct ss_sock *s)
@@ -203,6 +211,8 @@ bool ss_asking_step(struct ss_sock *s)
 	if (ss_now_ms() < s->deadline) {
 		/* A nudge that came first did not keep the deadline (a kick only moves earlier). */
 		ss_bg_kick(s, s->deadline);
+		if (atomic_load(&s->shut_rd))
+			ss_bg_kick(s, ss_deadline_in(ASKING_SHUT_LOOK_MS)); /* no POLLIN to watch */
 		return true;
 	}
 	/* Silence: a plain server waiting for us to speak, or one that never accepts. */

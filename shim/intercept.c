@@ -852,9 +852,18 @@ EXPORT int shutdown(int fd, int how)
 	} else if ((st = ss_sock_state(s)) == SS_SOCK_PLAIN) {
 		ret = ss_real.shutdown(fd, how) ? -errno : 0;
 	} else {
-		/* Reading: reads see the end once nothing is theirs (io.c), TCP's once plain. */
-		if (how != SHUT_WR && !atomic_exchange(&s->shut_rd, true) && st == SS_SOCK_UPGRADED)
-			ss_tp->conn_resync(s->conn); /* it shows at once (IN, RDHUP), as TCP's */
+		/*
+		 * Reading: reads see the end once nothing is theirs (io.c), TCP's
+		 * once plain. It shows at once, as TCP's: upgraded, IN and RDHUP
+		 * (ss_ready_conn); asking, whose fd is its TCP socket, the kernel's
+		 * end (the answer read takes it for ours, not the server's).
+		 */
+		if (how != SHUT_WR && !atomic_exchange(&s->shut_rd, true)) {
+			if (st == SS_SOCK_UPGRADED)
+				ss_tp->conn_resync(s->conn);
+			else if (st == SS_SOCK_ASKING)
+				ss_real.shutdown(fd, SHUT_RD);
+		}
 		if (how != SHUT_RD && st == SS_SOCK_UPGRADED) {
 			s->shut_wr = true;
 			ret = ss_tp->conn_shutdown_wr(s->conn);

@@ -117,6 +117,10 @@ start_case endfirst shutwr "" ""
 # bytes under the socket's lock, and another thread's shutdown, which must
 # not wait for that lock, ends it.
 start_case readall greet-shut "" "SRQSHIM_MODE=tcp"
+# shutdown(SHUT_RD) shows at once in a wait, as TCP's, before the answer
+# (LATER 500 ms late): the kernel's end of our own SHUT_RD, which the
+# answer's read does not take for the server's.
+start_case shutrd-poll silent "SRQSHIM_TEST_DELAYS=server-ack=500" "SRQSHIM_HELLO_TIMEOUT_MS=3000"
 # The server resets while held bytes are still going to TCP (LATER 300 ms
 # late, 1 MiB held): the error our send took is the application's, after
 # the server's greeting that came before it.

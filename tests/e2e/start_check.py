@@ -20,6 +20,8 @@ kernel TCP and under the shim; timings only as bounds far above TCP's.
       fork:  connects, forks; the child writes, then an exec'd program
       et:    200 KiB from an edge-triggered epoll writer, then the end
       shutrd: shuts its reading at once; reads, at once and later; writes
+      shutrd-poll: shuts its reading at once; polls for POLLIN (shown at
+      once?), reads, writes
       reset: 1 MiB written without waiting to a server that resets; reads
       reset-write: as reset, one more write at 0.5 s, then a write, reads
       fionread: FIONREAD 0.2 s after connect, before the server writes
@@ -161,6 +163,18 @@ def case(which, addr, port):
                 print("read %s: %r" % (when, s.recv(100)), flush=True)
             except socket.timeout:
                 print("read %s: timeout" % when, flush=True)
+        s.sendall(b"DATA\n")
+        s.close()
+    elif which == "shutrd-poll":
+        s = socket.create_connection((addr, port))
+        s.shutdown(socket.SHUT_RD)
+        p = select.poll()
+        p.register(s, select.POLLIN)
+        t1 = time.time()
+        ev = p.poll(3000)
+        print("POLLIN shown within 0.2 s: %s" % (bool(ev and ev[0][1] & select.POLLIN)
+                                                 and time.time() - t1 < 0.2), flush=True)
+        print("read:", s.recv(100), flush=True)
         s.sendall(b"DATA\n")
         s.close()
     elif which in ("reset", "reset-write"):
