@@ -348,6 +348,8 @@ bool ss_client_step(struct ss_sock *s)
 }
 
 /* Connects tcp_fd as the application asked; blocking: waits as connect(2) would. */
+#define CLIENT_CONNECT_SLICE_MS 100
+
 static int client_tcp_connect(struct ss_sock *s, int fd)
 {
 	int err = 0;
@@ -371,7 +373,12 @@ static int client_tcp_connect(struct ss_sock *s, int fd)
 		int n;
 
 		pthread_mutex_unlock(&s->lock);
-		n = ss_real.poll(&p, 1, -1);
+		/*
+		 * In slices: another thread's shutdown may end the connect and
+		 * close that private fd meanwhile (its number then names
+		 * another file); the state is looked at between them.
+		 */
+		n = ss_real.poll(&p, 1, CLIENT_CONNECT_SLICE_MS);
 		pthread_mutex_lock(&s->lock);
 		if (n < 0 && errno == EINTR && ss_sock_state(s) == SS_SOCK_CONNECTING) {
 			/* As TCP: the connect goes on in the background. */

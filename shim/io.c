@@ -398,6 +398,47 @@ void ss_io_forget_if_plain(struct ss_sock *s)
 	pthread_mutex_unlock(&s->lock);
 }
 
+/* A read's wait for bytes in slices of the kernel's poll, as the read would wait. */
+struct io_slices {
+	struct io_sig *sig;
+	int timeo;    /* SO_RCVTIMEO, ms (-1: none) */
+	uint64_t end; /* when it passes, us */
+	int slice;    /* the next slice's length, ms */
+};
+
+static struct io_slices io_slices_begin(struct ss_sock *s, struct io_sig *sig)
+{
+	int timeo = io_timeout_ms(s, false);
+
+	return (struct io_slices){sig, timeo,
+				  timeo < 0 ? UINT64_MAX : ss_now_us() + (uint64_t)timeo * 1000, 1};
+}
+
+/*
+ * One slice (doubling from 1 ms to IO_FIRST_SLICE_MAX_MS) of the wait for
+ * fd to be readable. Returns 1 (readable), 0 (the slice passed: look at
+ * the state again), -EAGAIN (SO_RCVTIMEO passed), -EINTR (a signal
+ * handler ran since the call began and ends the read, as the kernel's) or
+ * -errno.
+ */
+static int io_slice_wait(struct io_slices *sl, int fd)
+{
+	struct pollfd p = {.fd = fd, .events = POLLIN};
+	int wait = io_slice_ms(sl->end, sl->slice), r;
+
+	if (wait == 0)
+		return -EAGAIN;
+	r = ss_real.poll(&p, 1, wait);
+	if (r > 0)
+		return 1;
+	if (r < 0 && errno != EINTR)
+		return -errno;
+	if (ss_sig_any() != sl->sig->any && io_sig_ends_wait(sl->sig, sl->timeo))
+		return -EINTR;
+	sl->slice = sl->slice < IO_FIRST_SLICE_MAX_MS ? 2 * sl->slice : IO_FIRST_SLICE_MAX_MS;
+	return 0;
+}
+
 /*
  * Waits, as the read would (SO_RCVTIMEO, SA_RESTART), unlocked, for the
  * client's first bytes (or its end) on an accepted connection. Another
@@ -413,27 +454,15 @@ void ss_io_forget_if_plain(struct ss_sock *s)
  */
 static int io_wait_first_bytes(struct ss_sock *s, int fd, struct io_sig *sig)
 {
-	int timeo = io_timeout_ms(s, false), slice = 1;
-	uint64_t end = timeo < 0 ? UINT64_MAX : ss_now_us() + (uint64_t)timeo * 1000;
+	struct io_slices sl = io_slices_begin(s, sig);
+	int r = 0;
 
-	while (ss_sock_state(s) == SS_SOCK_ACCEPTED) {
-		struct pollfd p = {.fd = fd, .events = POLLIN};
-		int wait = io_slice_ms(end, slice), r;
-
-		if (wait == 0)
-			return -EAGAIN;
-		if (slice == 1)
+	while (ss_sock_state(s) == SS_SOCK_ACCEPTED && r == 0) {
+		if (sl.slice == 1)
 			ss_test_delay(SS_TP_FIRST_READ);
-		r = ss_real.poll(&p, 1, wait);
-		if (r > 0)
-			return 0;
-		if (r < 0 && errno != EINTR)
-			return -errno;
-		if (ss_sig_any() != sig->any && io_sig_ends_wait(sig, timeo))
-			return -EINTR;
-		slice = slice < IO_FIRST_SLICE_MAX_MS ? 2 * slice : IO_FIRST_SLICE_MAX_MS;
+		r = io_slice_wait(&sl, fd);
 	}
-	return 0;
+	return r > 0 ? 0 : r;
 }
 
 /* Decides an accepted connection at a read: waits as the read would. */
@@ -474,25 +503,45 @@ void ss_io_decide_for_write(struct ss_sock *s, int fd)
  * A plain connection with handshake messages to take off its head before
  * reading. Returns 0 (the application's read goes to TCP), IO_STRIP_END
  * (shut for reading, nothing there: the end) or -errno. While a message
- * may still come and nothing is there, the read's answer is given here,
- * under the lock (EAGAIN, or the end after SHUT_RD): the real read, made
- * unlocked, would take a message that came meanwhile for the stream's.
+ * may still come and nothing is there, the read's answer is given here
+ * (EAGAIN, or the end after SHUT_RD), from a look under the lock, not by
+ * the kernel's read after it (a message that came in between would have
+ * been the application's). A read that waits does so unlocked, in slices
+ * (SO_RCVTIMEO, signals), so that the socket's other calls (a write, a
+ * shutdown that ends this wait, close) go on meanwhile. Error-queue and
+ * urgent reads are the kernel's: they never see the stream's head.
  */
 #define IO_STRIP_END 1
 static int io_strip_for_read(struct ss_sock *s, int fd, int flags)
 {
-	int ret = 0;
+	struct io_sig sig = io_sig_now();
+	struct io_slices sl = io_slices_begin(s, &sig);
+	int ret;
 
-	pthread_mutex_lock(&s->lock);
-	while (s->strip != SS_STRIP_NONE && ret == 0) {
-		bool shut = atomic_load(&s->shut_rd), wait = !shut && io_would_wait(s, fd, flags);
+	if (flags & (MSG_ERRQUEUE | MSG_OOB))
+		return 0;
+	for (;;) {
+		bool pending;
 
-		ret = ss_strip(s, fd, wait);
-		if (ret == 0 && s->strip != SS_STRIP_NONE && !wait)
-			ret = shut ? IO_STRIP_END : -EAGAIN;
+		pthread_mutex_lock(&s->lock);
+		ret = s->strip != SS_STRIP_NONE ? ss_strip(s, fd) : 0;
+		pending = s->strip != SS_STRIP_NONE;
+		pthread_mutex_unlock(&s->lock);
+		if (!pending || (ret != 0 && ret != -EAGAIN))
+			return ret;
+		if (ret == 0 && atomic_load(&s->shut_rd))
+			return IO_STRIP_END;
+		if (!io_would_wait(s, fd, flags))
+			return -EAGAIN;
+		if (ret == -EAGAIN) {
+			/* Part of a message: readable already, so the kernel would not wait. */
+			ss_real.poll(NULL, 0, 1);
+			continue;
+		}
+		ret = io_slice_wait(&sl, fd);
+		if (ret < 0)
+			return ret;
 	}
-	pthread_mutex_unlock(&s->lock);
-	return ret;
 }
 
 /*

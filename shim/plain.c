@@ -184,24 +184,18 @@ static bool plain_strips(struct ss_sock *s, const struct ss_msg *m)
 	return m->nonce == s->nonce;
 }
 
-int ss_strip(struct ss_sock *s, int fd, bool wait)
+/* How long part of a message may wait for its rest before it is taken for the peer's bytes. */
+#define PLAIN_PARTIAL_MS 1000
+
+int ss_strip(struct ss_sock *s, int fd)
 {
 	while (s->strip != SS_STRIP_NONE) {
 		struct ss_msg m;
 		size_t used;
-		enum ss_hs_read_result r;
 
-		if (wait) {
-			/* The first bytes decide: wait for them here, not in the application's
-			 * read. */
-			struct pollfd p = {.fd = fd, .events = POLLIN};
-
-			if (ss_real.poll(&p, 1, -1) < 0)
-				return -errno;
-		}
-		r = ss_hs_peek(&ss_real_io, fd, &m, wait ? ss_deadline_in(1000) : 0, NULL, &used);
-		switch (r) {
+		switch (ss_hs_peek(&ss_real_io, fd, &m, 0, NULL, &used)) {
 		case SS_HSR_MSG:
+			s->strip_partial_ms = 0;
 			if (!plain_strips(s, &m)) {
 				s->strip = SS_STRIP_NONE;
 				break;
@@ -221,7 +215,18 @@ int ss_strip(struct ss_sock *s, int fd, bool wait)
 			}
 			continue;
 		case SS_HSR_TIMEOUT: return 0; /* nothing there yet: the next read looks again */
-		case SS_HSR_PARTIAL: return -EAGAIN;
+		case SS_HSR_PARTIAL:
+			/*
+			 * Part of a message: the rest comes with it (a message is
+			 * sent whole). Still part of one a second later: the peer's
+			 * own bytes that begin as ours do.
+			 */
+			if (!s->strip_partial_ms)
+				s->strip_partial_ms = ss_now_ms();
+			if (ss_now_ms() - s->strip_partial_ms < PLAIN_PARTIAL_MS)
+				return -EAGAIN;
+			s->strip = SS_STRIP_NONE;
+			break;
 		case SS_HSR_EOF:
 			if (ss_read_end_is_ours(s, fd))
 				return 0; /* shut for reading: a late message may still come */

@@ -265,10 +265,11 @@ void ss_flush_end(struct ss_sock *s, int err);
 
 /*
  * Takes what the strip rule of s says off the head of the TCP stream on fd
- * (lock held). wait: the read would block. Returns 0 (done or nothing to
- * strip yet), -EAGAIN (a message is only partly there) or -errno.
+ * (lock held), without waiting. Returns 0 (done, or nothing to strip
+ * there yet: s->strip says which), -EAGAIN (a message is only partly
+ * there; for at most a second, then the bytes are the peer's) or -errno.
  */
-int ss_strip(struct ss_sock *s, int fd, bool wait);
+int ss_strip(struct ss_sock *s, int fd);
 
 /* ---- the live downgrade (down.c; docs/protocol.md, section 4) ---- */
 

@@ -107,6 +107,7 @@ struct ss_sock {
 	bool hello_sent;   /* ASKING: the HELLO is out */
 	bool answered;     /* ASKING: the server's answer is taken; the hold goes to TCP */
 	bool partial;      /* ASKING: part of the answer is in; the rest is waited for by time */
+	uint64_t strip_partial_ms; /* PLAIN, strip pending: when part of a message was first seen */
 	/* PLAIN: the connection's error that our own send of held bytes took: the application's */
 	atomic_int plain_err; /* next read, write or SO_ERROR gets it, once (asking.c, plain.c) */
 	atomic_bool reset_taken; /* the reset was reported once (read, write or SO_ERROR) */

@@ -114,9 +114,13 @@ start_case ping shutrd "" "SRQSHIM_TEST_DELAYS=client-hello=400"
 # reach the server.
 start_case endfirst shutwr "" ""
 # A plain client (never a HELLO): the server's read waits for the first
-# bytes under the socket's lock, and another thread's shutdown, which must
-# not wait for that lock, ends it.
+# bytes (unlocked), another thread's write goes out meanwhile, and its
+# shutdown ends the read.
 start_case readall greet-shut "" "SRQSHIM_MODE=tcp"
+# A plain client whose first byte is the first of a handshake message: the
+# server's blocking read gets it (part of a message for a second is the
+# peer's own bytes), never EAGAIN.
+start_case nul greet "" "SRQSHIM_MODE=tcp"
 # shutdown(SHUT_RD) shows at once in a wait, as TCP's, before the answer
 # (LATER 500 ms late): the kernel's end of our own SHUT_RD, which the
 # answer's read does not take for the server's.

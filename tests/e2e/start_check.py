@@ -12,8 +12,8 @@ kernel TCP and under the shim; timings only as bounds far above TCP's.
       shuts its reading at once, reads at once, then every 50 ms until
       b"PING\n" came (bounded), answers b"PONG\n"; shutwr: shuts its
       writing at once, then reads to the end; greet-shut: writes b"HI\n",
-      then waits in a blocking read that another thread's
-      shutdown(SHUT_RDWR) ends 0.3 s later
+      then waits in a blocking read; 0.3 s later another thread writes
+      b"MORE\n" and shuts (SHUT_RDWR), which ends the read
   start_check.py CASE ADDR PORT           a client case:
       close: writes, closes at once (close must not wait for the server)
       poll:  non-blocking, writes, waits in poll for the reply
@@ -29,6 +29,8 @@ kernel TCP and under the shim; timings only as bounds far above TCP's.
       ping: writes b"PING\n" 0.2 s after connect, reads the reply
       endfirst: reads (the server's end), then writes b"PING\n"
       readall: reads to the end (at most 5 s)
+      nul: reads the greeting, writes b"\\0" (the first byte of a handshake
+      message), then b"x\n" 1.5 s later
 """
 import fcntl
 import os
@@ -68,11 +70,19 @@ def server(addr, port, mode):
             c.shutdown(socket.SHUT_WR)
         if mode == "greet-shut":
             c.sendall(b"HI\n")
-            threading.Timer(0.3, c.shutdown, args=(socket.SHUT_RDWR,)).start()
+            took = []
+
+            def other():
+                t1 = time.time()
+                c.sendall(b"MORE\n")
+                took.append(time.time() - t1)
+                c.shutdown(socket.SHUT_RDWR)
+            threading.Timer(0.3, other).start()
             t0 = time.time()
             d = c.recv(100)
-            print("conn %d: the blocked read gave %r, within 2 s: %s"
-                  % (k, d, time.time() - t0 < 2), flush=True)
+            print("conn %d: the blocked read gave %r, within 2 s: %s; the other thread's "
+                  "write took under 0.5 s: %s" % (k, d, time.time() - t0 < 2,
+                                                  bool(took) and took[0] < 0.5), flush=True)
             c.close()
             return
         if mode in ("greet", "reset"):
@@ -241,6 +251,14 @@ def case(which, addr, port):
         except socket.timeout:
             got += b"<timeout>"
         print("read all:", got, flush=True)
+        s.close()
+    elif which == "nul":
+        s = socket.create_connection((addr, port))
+        s.settimeout(5)
+        print("greeting:", s.recv(100), flush=True)
+        s.sendall(b"\0")
+        time.sleep(1.5)
+        s.sendall(b"x\n")
         s.close()
     elif which == "endfirst":
         s = socket.create_connection((addr, port))
