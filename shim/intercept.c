@@ -833,8 +833,8 @@ EXPORT int shutdown(int fd, int how)
 	ret = 0;
 	if (ss_sock_state(s) == SS_SOCK_PLAIN) {
 		/*
-		 * Plain for good: no lock (a read may wait under it for the first
-		 * bytes, plain.c, and this shutdown is what wakes it). Handshake
+		 * Plain for good: no lock needed (a read waiting for the first
+		 * bytes, io.c, is woken by this shutdown itself). Handshake
 		 * messages may still be taken off its head: the read shut is
 		 * known first, so that its end is not taken for the peer's.
 		 */

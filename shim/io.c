@@ -400,6 +400,7 @@ void ss_io_forget_if_plain(struct ss_sock *s)
 
 /* A read's wait for bytes in slices of the kernel's poll, as the read would wait. */
 struct io_slices {
+	struct ss_sock *s;
 	struct io_sig *sig;
 	int timeo;    /* SO_RCVTIMEO, ms (-1: none) */
 	uint64_t end; /* when it passes, us */
@@ -410,7 +411,7 @@ static struct io_slices io_slices_begin(struct ss_sock *s, struct io_sig *sig)
 {
 	int timeo = io_timeout_ms(s, false);
 
-	return (struct io_slices){sig, timeo,
+	return (struct io_slices){s, sig, timeo,
 				  timeo < 0 ? UINT64_MAX : ss_now_us() + (uint64_t)timeo * 1000, 1};
 }
 
@@ -418,17 +419,25 @@ static struct io_slices io_slices_begin(struct ss_sock *s, struct io_sig *sig)
  * One slice (doubling from 1 ms to IO_FIRST_SLICE_MAX_MS) of the wait for
  * fd to be readable. Returns 1 (readable), 0 (the slice passed: look at
  * the state again), -EAGAIN (SO_RCVTIMEO passed), -EINTR (a signal
- * handler ran since the call began and ends the read, as the kernel's) or
- * -errno.
+ * handler ran since the call began and ends the read, as the kernel's),
+ * -EBADF (another thread closed fd meanwhile: its number may name another
+ * file now; the kernel's read would go on with the old one, which a wait
+ * by number cannot) or -errno.
  */
 static int io_slice_wait(struct io_slices *sl, int fd)
 {
 	struct pollfd p = {.fd = fd, .events = POLLIN};
 	int wait = io_slice_ms(sl->end, sl->slice), r;
+	struct ss_sock *now;
 
 	if (wait == 0)
 		return -EAGAIN;
 	r = ss_real.poll(&p, 1, wait);
+	/* Before the caller looks at fd again. */
+	now = ss_sock_get(fd);
+	ss_sock_put(now);
+	if (now != sl->s)
+		return -EBADF;
 	if (r > 0)
 		return 1;
 	if (r < 0 && errno != EINTR)
