@@ -39,8 +39,7 @@ struct ss_epreg {
 	struct ss_epreg *s_next;          /* the socket's list (fd_lock) */
 	struct ss_epreg *e_next, *e_prev; /* the instance's list (its lock), fast only */
 	struct ss_epreg *r_next;          /* the instance's ready list (its lock) */
-	struct ss_ep *ep;                 /* NULL: an instance we did not make; see ep_id */
-	uint64_t ep_id;                   /* ep's id: once another (or none) has epfd, r is stale */
+	struct ss_ep *ep;                 /* NULL: an instance we did not make (named by epfd) */
 	struct ss_sock *s;                /* a reference */
 	atomic_int refs;
 	int epfd, fd;
@@ -54,17 +53,25 @@ struct ss_epreg {
 
 struct ss_ep {
 	pthread_mutex_t lock;
-	atomic_int mem; /* its memory: one for the instance while it lives, one per registration */
-	uint64_t id;    /* unique in the process: tells a closed instance from a new one of the same
-			   number */
+	atomic_int mem;  /* its memory: one for the instance while it lives, one per registration */
 	atomic_int refs; /* names of the instance, and waits in progress */
-	int epfd;
+	int epfd;        /* the number it was made on: for messages */
+	/*
+	 * The shim's own kernel calls on the instance go to this private
+	 * duplicate (ep_kernel_ctl), closed when the last name is: the
+	 * application may close the number it made it on while a dup lives,
+	 * and another file may get that number. epfd itself when no duplicate
+	 * could be made (kfd_own false).
+	 */
+	int kfd;
+	bool kfd_own;
+	unsigned fork_gen;              /* ss_epoll_after_fork's visit */
 	struct ss_epreg *regs;          /* fast registrations */
 	struct ss_epreg *rhead, *rtail; /* ready list */
 	int sleepers;
 	int unarmed;       /* sleepers that found nothing fast (ep_wait_unarmed) */
 	bool wake_pending; /* the wake-up fd is written and not drained yet */
-	bool dead;         /* its last name was closed */
+	atomic_bool dead;  /* its last name was closed (set under lock) */
 	bool kernel_only;  /* nested or polled: nothing answered in user space */
 	int wake_fd;
 	unsigned chan_gen; /* the worker's device count when its channels were added (0: none) */
@@ -161,7 +168,7 @@ static void ep_free(struct ss_ep *e)
 
 	/* Its registrations leave their sockets: collected first (never fd_lock under ours). */
 	pthread_mutex_lock(&e->lock);
-	e->dead = true;
+	atomic_store(&e->dead, true);
 	while ((r = e->regs)) {
 		ep_unlink_locked(e, r);
 		r->fast = false;
@@ -186,6 +193,9 @@ static void ep_free(struct ss_ep *e)
 	if (e->wake_fd >= 0)
 		ss_real.close(e->wake_fd);
 	e->wake_fd = -1;
+	/* After dead was set under the lock: nobody calls the kernel on kfd any more. */
+	if (e->kfd_own)
+		ss_real.close(e->kfd);
 	ep_mem_put(e); /* the instance's: registrations still on sockets keep the memory */
 }
 
@@ -209,13 +219,15 @@ void ss_epoll_created(int epfd)
 
 	if (epfd < 0 || !ep_table_ready() || epfd >= ep_table_len || !(e = calloc(1, sizeof(*e))))
 		return;
-	static atomic_uint_fast64_t next_id = 1;
-
 	pthread_mutex_init(&e->lock, NULL);
 	atomic_init(&e->refs, 1);
 	atomic_init(&e->mem, 1);
-	e->id = atomic_fetch_add(&next_id, 1);
+	atomic_init(&e->dead, false);
 	e->epfd = epfd;
+	e->kfd = ss_private_fd(epfd);
+	e->kfd_own = e->kfd >= 0;
+	if (!e->kfd_own)
+		e->kfd = epfd;
 	e->wake_fd = -1;
 	pthread_mutex_lock(&ep_table_lock);
 	old = atomic_exchange(&ep_table[epfd], e);
@@ -260,12 +272,17 @@ bool ss_epoll_is_ours(int fd)
 
 void ss_epoll_after_fork(void)
 {
+	static unsigned gen; /* the child is one thread here */
+
+	gen++;
 	pthread_mutex_init(&ep_table_lock, NULL);
 	for (int fd = 0; ep_table && fd < ep_table_len; fd++) {
 		struct ss_ep *e = atomic_load_explicit(&ep_table[fd], memory_order_relaxed);
 
-		if (!e || e->epfd != fd)
+		/* Once per instance, whichever of its names comes first. */
+		if (!e || e->fork_gen == gen)
 			continue;
+		e->fork_gen = gen;
 		pthread_mutex_init(&e->lock, NULL);
 		/* The parent's sleepers are not here; its token may be taken by it. */
 		e->sleepers = 0;
@@ -323,7 +340,7 @@ void ss_epoll_notify(struct ss_sock *s, unsigned ready)
 		if (!r->fast || !e)
 			continue;
 		pthread_mutex_lock(&e->lock);
-		now = r->fast && !e->dead && !e->kernel_only ? ep_events_of(r) : 0;
+		now = r->fast && !atomic_load(&e->dead) && !e->kernel_only ? ep_events_of(r) : 0;
 		if (now && (r->ev.events & EPOLLET)) {
 			/* An edge: new data, or an event that was not there before. */
 			uint32_t rose = (ready & SS_RDY_EDGE) ? now : now & ~r->edge;
@@ -392,20 +409,32 @@ static struct ss_epreg *ep_find(struct ss_sock *s, struct ss_ep *e, int epfd, in
 	return NULL;
 }
 
-/* The id of the live instance named epfd (0: none of ours). */
-static uint64_t ep_live_id(int epfd)
+/* Whether r's instance is one of ours that was closed (its kernel set went with it). */
+static bool ep_stale(const struct ss_epreg *r)
 {
-	struct ss_ep *e;
-	uint64_t id = 0;
+	return r->ep && atomic_load(&r->ep->dead);
+}
 
-	if (epfd < 0 || !ep_table_ready() || epfd >= ep_table_len)
-		return 0;
-	pthread_mutex_lock(&ep_table_lock);
-	e = atomic_load_explicit(&ep_table[epfd], memory_order_relaxed);
-	if (e)
-		id = e->id; /* the table's reference keeps it alive while we look */
-	pthread_mutex_unlock(&ep_table_lock);
-	return id;
+/*
+ * The shim's own epoll_ctl of r's fd in r's instance: ours through its
+ * private duplicate, under its lock so that it is not closed meanwhile
+ * (ep_free); one we did not make by its number. Returns 0, -ESTALE (ours
+ * was closed: nothing to do) or -errno.
+ */
+static int ep_kernel_ctl(struct ss_epreg *r, int op, struct epoll_event *ev)
+{
+	struct ss_ep *e = r->ep;
+	int ret;
+
+	if (!e)
+		return ss_real.epoll_ctl(r->epfd, op, r->fd, ev) == 0 ? 0 : -errno;
+	pthread_mutex_lock(&e->lock);
+	if (atomic_load(&e->dead))
+		ret = -ESTALE;
+	else
+		ret = ss_real.epoll_ctl(e->kfd, op, r->fd, ev) == 0 ? 0 : -errno;
+	pthread_mutex_unlock(&e->lock);
+	return ret;
 }
 
 static int ep_mirror(struct ss_epreg *r, bool on);
@@ -414,7 +443,7 @@ static int ep_mirror(struct ss_epreg *r, bool on);
  * Drops s's registrations in instances that were closed: the kernel set
  * of a closed instance is gone, and a new instance may have its number.
  * Those answered in user space left with their instance (ep_free); those
- * the kernel answered are found here, by the instance's id, before s's
+ * the kernel answered are found here (ep_stale), before s's
  * registrations are looked at. fd_lock held; returns the change of s's
  * mirror references (ep_mirror_apply once unlocked).
  */
@@ -425,7 +454,7 @@ static int ep_sweep_stale(struct ss_sock *s)
 	for (struct ss_epreg **pp = &s->epregs; *pp;) {
 		struct ss_epreg *r = *pp;
 
-		if (r->fast || !r->ep_id || ep_live_id(r->epfd) == r->ep_id) {
+		if (r->fast || !ep_stale(r)) {
 			pp = &r->s_next;
 			continue;
 		}
@@ -445,7 +474,7 @@ static int ep_sweep_stale(struct ss_sock *s)
  */
 static bool ep_can_answer(struct ss_ep *e, struct ss_sock *s, uint32_t events)
 {
-	return e && !e->kernel_only && !e->dead && !(events & EPOLLEXCLUSIVE) &&
+	return e && !e->kernel_only && !atomic_load(&e->dead) && !(events & EPOLLEXCLUSIVE) &&
 	       ss_sock_state(s) == SS_SOCK_UPGRADED &&
 	       atomic_load_explicit(&e->blind_sleepers, memory_order_acquire) == 0;
 }
@@ -473,7 +502,7 @@ static void ep_count_kernel(struct ss_ep *e, int delta)
 static bool ep_make_fast(struct ss_ep *e, struct ss_epreg *r, bool in_kernel)
 {
 	pthread_mutex_lock(&e->lock);
-	if (e->dead) {
+	if (atomic_load(&e->dead)) {
 		/* Closed meanwhile (its cleanup may have passed r by): r stays as it is, stale. */
 		pthread_mutex_unlock(&e->lock);
 		return true;
@@ -483,7 +512,7 @@ static bool ep_make_fast(struct ss_ep *e, struct ss_epreg *r, bool in_kernel)
 		return false;
 	}
 	if (in_kernel) {
-		ss_real.epoll_ctl(r->epfd, EPOLL_CTL_DEL, r->fd, NULL);
+		ss_real.epoll_ctl(e->kfd, EPOLL_CTL_DEL, r->fd, NULL);
 		ep_count_kernel(e, -1);
 	}
 	r->fast = true;
@@ -578,7 +607,6 @@ int ss_epoll_ctl(int epfd, int op, int fd, struct ss_sock *s, struct epoll_event
 		r->fd = fd;
 		r->ev = *ev;
 		r->ep = e;
-		r->ep_id = e ? e->id : 0;
 		if (e)
 			atomic_fetch_add(&e->mem, 1); /* dropped when r is freed */
 		r->s = s;
@@ -677,7 +705,7 @@ void ss_epoll_leaving(struct ss_sock *s)
 
 			/* Into the kernel set, on what the name is now; swaps carry it on. */
 			ep_make_slow(r);
-			if (ss_real.epoll_ctl(r->epfd, EPOLL_CTL_ADD, r->fd, &ev) == 0)
+			if (ep_kernel_ctl(r, EPOLL_CTL_ADD, &ev) == 0)
 				ep_count_kernel(r->ep, 1);
 		}
 		mirror += ep_mirror(r, false);
@@ -713,8 +741,8 @@ void ss_epoll_drop_kernel(struct ss_sock *s, int fd)
 {
 	/* fd_lock held by the caller (ss_put_on_names). */
 	for (struct ss_epreg *r = s->epregs; r; r = r->s_next)
-		if (r->fd == fd && !r->fast && !(r->ep_id && ep_live_id(r->epfd) != r->ep_id))
-			ss_real.epoll_ctl(r->epfd, EPOLL_CTL_DEL, fd, NULL);
+		if (r->fd == fd && !r->fast)
+			ep_kernel_ctl(r, EPOLL_CTL_DEL, NULL); /* not in a closed one of ours */
 }
 
 void ss_epoll_readd_kernel(struct ss_sock *s, int fd)
@@ -722,12 +750,13 @@ void ss_epoll_readd_kernel(struct ss_sock *s, int fd)
 	/* fd_lock held by the caller (ss_put_on_names). */
 	for (struct ss_epreg *r = s->epregs; r; r = r->s_next) {
 		struct epoll_event ev = r->ev;
+		int ret;
 
-		/* Not into an instance that was closed (its number may be another's now). */
-		if (r->ep_id && ep_live_id(r->epfd) != r->ep_id)
+		if (r->fd != fd || r->fast)
 			continue;
-		if (r->fd == fd && !r->fast &&
-		    ss_real.epoll_ctl(r->epfd, EPOLL_CTL_ADD, fd, &ev) < 0 && errno != EEXIST)
+		/* Not into an instance of ours that was closed (-ESTALE). */
+		ret = ep_kernel_ctl(r, EPOLL_CTL_ADD, &ev);
+		if (ret < 0 && ret != -EEXIST && ret != -ESTALE)
 			ss_log_debug("fd %d: cannot register it again in epoll %d", fd, r->epfd);
 	}
 }
@@ -768,7 +797,7 @@ void ss_epoll_to_kernel(int epfd)
 		pthread_mutex_lock(&s->fd_lock);
 		if (r->fast) {
 			ep_make_slow(r);
-			if (ss_real.epoll_ctl(r->epfd, EPOLL_CTL_ADD, r->fd, &ev) == 0) {
+			if (ep_kernel_ctl(r, EPOLL_CTL_ADD, &ev) == 0) {
 				ep_count_kernel(e, 1);
 				if (ss_sock_state(s) == SS_SOCK_UPGRADED)
 					mirror += ep_mirror(r, true);
@@ -800,7 +829,7 @@ static void ep_add_internal(struct ss_ep *e)
 			fd = high;
 		}
 		ev.data.u64 = EP_MAGIC | EP_WAKE;
-		if (fd >= 0 && ss_real.epoll_ctl(e->epfd, EPOLL_CTL_ADD, fd, &ev) == 0) {
+		if (fd >= 0 && ss_real.epoll_ctl(e->kfd, EPOLL_CTL_ADD, fd, &ev) == 0) {
 			e->wake_fd = fd;
 			e->wake_added = true;
 		} else if (fd >= 0) {
@@ -814,7 +843,7 @@ static void ep_add_internal(struct ss_ep *e)
 		return;
 	ev.data.u64 = EP_MAGIC | EP_CHANNEL;
 	for (int i = 0; i < n; i++)
-		if (ss_real.epoll_ctl(e->epfd, EPOLL_CTL_ADD, fds[i], &ev) != 0 && errno != EEXIST)
+		if (ss_real.epoll_ctl(e->kfd, EPOLL_CTL_ADD, fds[i], &ev) != 0 && errno != EEXIST)
 			ss_log_warn("epoll %d: cannot watch a completion channel: %s", e->epfd,
 				    strerror(errno));
 	e->chan_gen = gen;
@@ -870,8 +899,8 @@ static void ep_cancelled(void *arg)
 static int ep_real_wait(struct ss_ep *e, struct epoll_event *evs, int max, int timeout_ms,
 			const sigset_t *mask)
 {
-	return mask ? ss_real.epoll_pwait(e->epfd, evs, max, timeout_ms, mask)
-		    : ss_real.epoll_wait(e->epfd, evs, max, timeout_ms);
+	return mask ? ss_real.epoll_pwait(e->kfd, evs, max, timeout_ms, mask)
+		    : ss_real.epoll_wait(e->kfd, evs, max, timeout_ms);
 }
 
 static int ep_asleep(struct ss_ep *e, struct epoll_event *evs, int max, int timeout_ms,

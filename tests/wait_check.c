@@ -795,6 +795,47 @@ static int connect_nb(void)
 }
 
 /*
+ * The number an instance was made on is closed while a dup of it lives,
+ * and a new instance takes that number: the dup goes on as the instance
+ * (a wait with nothing ready sleeps its timeout; a registration made
+ * before the connection upgraded still reports), and the new instance
+ * has nothing of it.
+ */
+static void sc_dup_close_epoll(void)
+{
+	int ep = epoll_create1(0), ep2, ep3, c, s;
+	char junk;
+
+	c = connect_nb();
+	ectl(ep, EPOLL_CTL_ADD, c, EPOLLIN); /* before the upgrade: in the kernel set */
+	ep2 = dup(ep);
+	close(ep);
+	ep3 = epoll_create1(0); /* the lowest number: ep's */
+	out("  the new instance took the closed number: %s\n", ep3 == ep ? "yes" : "no");
+	if ((s = accept(wc_listener, NULL, NULL)) < 0)
+		prog_die("accept");
+	name_fd(s, "S");
+	if (recv(s, &junk, 1, MSG_DONTWAIT) >= 0) /* the server's first I/O: it answers now */
+		prog_die("a byte from nowhere");
+	usleep(600000); /* the connection upgrades meanwhile */
+	ewait(ep2, 8, SHORT_MS);
+	put(s, 10);
+	ewait(ep2, 8, LONG_MS);
+	ewait(ep3, 8, SHORT_MS);
+	take_all("C", c, 10);
+	ectl(ep2, EPOLL_CTL_ADD, s, EPOLLIN); /* an upgraded one, after the close */
+	put(c, 10);
+	ewait(ep2, 8, LONG_MS);
+	take_all("S", s, 10);
+	ewait(ep2, 8, SHORT_MS);
+	ewait(ep3, 8, SHORT_MS);
+	close(ep3);
+	close(ep2);
+	close(c);
+	close(s);
+}
+
+/*
  * A thread asleep in epoll_wait for input on a connection whose
  * non-blocking connect has not ended: under the shim, negotiating (the
  * kernel answers for its socketpair end), then upgraded in the background
@@ -926,6 +967,7 @@ static const struct {
 	{"two-instances", sc_two_instances},
 	{"close-dup", sc_close_dup},
 	{"dup-epoll", sc_dup_epoll},
+	{"dup-close-epoll", sc_dup_close_epoll},
 	{"timeout", sc_timeout},
 	{"signals", sc_signals},
 	{"poll", sc_poll},
