@@ -252,6 +252,17 @@ static bool poll_on_mirror(struct ss_sock *s)
 	       st != SS_SOCK_PLAIN;
 }
 
+/*
+ * Whether s is an accepted socket whose HELLO another thread took and is
+ * answering: an upgrade puts our socketpair end on its fd, and a kernel
+ * wait begun on the TCP socket would sleep on a file that gets nothing
+ * more. Before the HELLO is taken, its arrival wakes the kernel's wait.
+ */
+static bool poll_accepted_answering(struct ss_sock *s)
+{
+	return ss_sock_state(s) == SS_SOCK_ACCEPTED && atomic_load(&s->answering);
+}
+
 /* The slice of a kernel wait on a socket falling back to TCP. */
 #define POLL_MOVING_MS 20
 
@@ -262,7 +273,8 @@ static int poll_once(struct pollfd *fds, nfds_t n, int timeout_ms, const sigset_
 	struct ss_sock *stack[2 * POLL_STACK], **mir, *s;
 	struct poll_call pc = {.fds = fds, .n = n};
 	int ours = 0, mirrored = 0, ret = 0;
-	bool moving = false; /* a socket on its way back to TCP: its fd changes object soon */
+	bool moving = false;    /* a socket on its way back to TCP: its fd changes object soon */
+	bool answering = false; /* an accepted socket being upgraded: its fd changes object soon */
 
 	*handled = false;
 	*moved = false; /* (also when it returns early: the caller reads it) */
@@ -303,6 +315,9 @@ static int poll_once(struct pollfd *fds, nfds_t n, int timeout_ms, const sigset_
 			moving |= ss_sock_state(s) == SS_SOCK_FALLBACK ||
 				  ss_sock_state(s) == SS_SOCK_ASKING ||
 				  ss_sock_state(s) == SS_SOCK_RECONNECTING;
+		} else if (s && poll_accepted_answering(s)) {
+			answering = true;
+			ss_sock_put(s);
 		} else {
 			/* An epoll instance polled here is answered by the kernel from now on. */
 			if (!s && fds[i].fd >= 0 && ss_epoll_is_ours(fds[i].fd))
@@ -316,13 +331,15 @@ static int poll_once(struct pollfd *fds, nfds_t n, int timeout_ms, const sigset_
 		if (ret == 0)
 			ret = poll_run(&pc, timeout_ms, mask, sig_base);
 		free(pc.k);
-	} else if (mirrored) {
+	} else if (mirrored || answering) {
 		/*
 		 * Falling back: the kernel's wait is on what the fd names now,
-		 * which becomes the TCP socket: in slices, each a new look.
+		 * which becomes the TCP socket (or, answering, our socketpair
+		 * end): in slices, each a new look.
 		 */
-		int t = moving && (timeout_ms < 0 || timeout_ms > POLL_MOVING_MS) ? POLL_MOVING_MS
-										  : timeout_ms;
+		int t = (moving || answering) && (timeout_ms < 0 || timeout_ms > POLL_MOVING_MS)
+				? POLL_MOVING_MS
+				: timeout_ms;
 		struct timespec ts;
 
 		*handled = true;
@@ -397,7 +414,8 @@ int ss_select(int nfds, fd_set *rd, fd_set *wr, fd_set *ex, int timeout_ms, cons
 		    (ex && FD_ISSET(fd, ex))) {
 			struct ss_sock *s = ss_sock_get(fd);
 
-			any = s && (ss_sock_state(s) == SS_SOCK_UPGRADED || poll_on_mirror(s));
+			any = s && (ss_sock_state(s) == SS_SOCK_UPGRADED || poll_on_mirror(s) ||
+				    poll_accepted_answering(s));
 			ss_sock_put(s);
 		}
 	if (!any)

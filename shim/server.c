@@ -120,6 +120,7 @@ static void server_answer(struct ss_sock *s, int fd, const struct ss_msg *hello)
 		server_later(s, fd, hello);
 		return;
 	}
+	atomic_store(&s->answering, true);
 	/* A client that waited in vain for us has said so right behind its HELLO. */
 	if (ss_hs_peek(&ss_real_io, fd, &m, 0, NULL, &used) == SS_HSR_MSG &&
 	    m.nonce == hello->nonce && m.type == SS_MSG_DECLINE &&

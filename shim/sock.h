@@ -117,6 +117,13 @@ struct ss_sock {
 	 * the TCP socket once plain. Set under the lock.
 	 */
 	atomic_bool shut_rd;
+	/*
+	 * server, ACCEPTED: the HELLO is off the TCP socket and the answer under
+	 * way in some thread's call; an upgrade will put our socketpair end on
+	 * the fd (a kernel wait begun on the socket would sleep on a file that
+	 * gets nothing more: mux.c waits in slices). Set under the lock.
+	 */
+	atomic_bool answering;
 	uint32_t nonce;
 	uint64_t deadline; /* ms: the current wait of the negotiation ends then */
 	struct sockaddr_storage dst;

@@ -761,6 +761,58 @@ static void *sleeper(void *arg)
 	return NULL;
 }
 
+/* poll-swap's other thread: the accepted socket's first I/O, then the client's bytes. */
+struct swap_args {
+	int c, s;
+};
+
+static void *swap_first_io(void *arg)
+{
+	struct swap_args *a = arg;
+	char junk;
+
+	/* Under the shim: takes the HELLO and upgrades (server-pair delays the fd's change). */
+	if (recv(a->s, &junk, 1, MSG_DONTWAIT) >= 0)
+		prog_die("a byte from nowhere");
+	usleep(300000);
+	put(a->c, 10);
+	return NULL;
+}
+
+/*
+ * The application's own poll on an accepted socket begins while another
+ * thread's first I/O on it answers the client's HELLO (under the shim, run
+ * with SRQSHIM_TEST_DELAYS=server-pair=300: the poll begins after the HELLO
+ * was taken, before the upgrade puts another file on the fd); the client's
+ * bytes after the upgrade must end it.
+ */
+static void sc_poll_swap(void)
+{
+	struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)wc_port)};
+	struct swap_args a;
+	struct pollfd p;
+	pthread_t th;
+
+	inet_pton(AF_INET, wc_addr, &sa.sin_addr);
+	a.c = socket(AF_INET, SOCK_STREAM, 0);
+	if (a.c < 0 || connect(a.c, (struct sockaddr *)&sa, sizeof(sa)) != 0)
+		prog_die("connect");
+	if ((a.s = accept(wc_listener, NULL, NULL)) < 0)
+		prog_die("accept");
+	name_fd(a.c, "C");
+	name_fd(a.s, "S");
+	usleep(300000); /* the HELLO is in */
+	pthread_create(&th, NULL, swap_first_io, &a);
+	usleep(100000);
+	p = (struct pollfd){.fd = a.s, .events = POLLIN};
+	pwait(&p, 1, LONG_MS);
+	pthread_join(th, NULL);
+	take_status(); /* (when run alone) */
+	take_all("S", a.s, 10);
+	close(a.c);
+	close(a.s);
+}
+
 /* One instance waited on by another thread: a new event reaches it asleep. */
 static void sc_threads(void)
 {
@@ -971,6 +1023,7 @@ static const struct {
 	{"timeout", sc_timeout},
 	{"signals", sc_signals},
 	{"poll", sc_poll},
+	{"poll-swap", sc_poll_swap},
 	{"select", sc_select},
 	{"threads", sc_threads},
 	{"upgrade-asleep", sc_upgrade_asleep},
