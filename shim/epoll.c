@@ -60,11 +60,10 @@ struct ss_ep {
 	 * The shim's own kernel calls on the instance go to this private
 	 * duplicate (ep_kernel_ctl), closed when the last name is: the
 	 * application may close the number it made it on while a dup lives,
-	 * and another file may get that number. epfd itself when no duplicate
-	 * could be made (kfd_own false).
+	 * and another file may get that number. An instance for which none
+	 * could be made is not ours (ss_epoll_created).
 	 */
 	int kfd;
-	bool kfd_own;
 	unsigned fork_gen;              /* ss_epoll_after_fork's visit */
 	struct ss_epreg *regs;          /* fast registrations */
 	struct ss_epreg *rhead, *rtail; /* ready list */
@@ -194,8 +193,7 @@ static void ep_free(struct ss_ep *e)
 		ss_real.close(e->wake_fd);
 	e->wake_fd = -1;
 	/* After dead was set under the lock: nobody calls the kernel on kfd any more. */
-	if (e->kfd_own)
-		ss_real.close(e->kfd);
+	ss_real.close(e->kfd);
 	ep_mem_put(e); /* the instance's: registrations still on sockets keep the memory */
 }
 
@@ -216,19 +214,27 @@ static void ep_put(struct ss_ep *e)
 void ss_epoll_created(int epfd)
 {
 	struct ss_ep *e, *old;
+	int kfd;
 
-	if (epfd < 0 || !ep_table_ready() || epfd >= ep_table_len || !(e = calloc(1, sizeof(*e))))
+	if (epfd < 0 || !ep_table_ready() || epfd >= ep_table_len)
 		return;
-	pthread_mutex_init(&e->lock, NULL);
-	atomic_init(&e->refs, 1);
-	atomic_init(&e->mem, 1);
-	atomic_init(&e->dead, false);
-	e->epfd = epfd;
-	e->kfd = ss_private_fd(epfd);
-	e->kfd_own = e->kfd >= 0;
-	if (!e->kfd_own)
-		e->kfd = epfd;
-	e->wake_fd = -1;
+	kfd = ss_private_fd(epfd);
+	if (kfd < 0 || !(e = calloc(1, sizeof(*e)))) {
+		/* The kernel answers it all, as an instance made before the shim loaded. */
+		ss_log_warn("epoll %d: no memory or fd for the shim's own: answered by the kernel",
+			    epfd);
+		if (kfd >= 0)
+			ss_real.close(kfd);
+		e = NULL;
+	} else {
+		pthread_mutex_init(&e->lock, NULL);
+		atomic_init(&e->refs, 1);
+		atomic_init(&e->mem, 1);
+		atomic_init(&e->dead, false);
+		e->epfd = epfd;
+		e->kfd = kfd;
+		e->wake_fd = -1;
+	}
 	pthread_mutex_lock(&ep_table_lock);
 	old = atomic_exchange(&ep_table[epfd], e);
 	pthread_mutex_unlock(&ep_table_lock);
@@ -428,6 +434,12 @@ static int ep_kernel_ctl(struct ss_epreg *r, int op, struct epoll_event *ev)
 
 	if (!e)
 		return ss_real.epoll_ctl(r->epfd, op, r->fd, ev) == 0 ? 0 : -errno;
+	/*
+	 * Dead for good: not even its lock (a forked child re-makes only the
+	 * locks of live instances, ss_epoll_after_fork).
+	 */
+	if (atomic_load(&e->dead))
+		return -ESTALE;
 	pthread_mutex_lock(&e->lock);
 	if (atomic_load(&e->dead))
 		ret = -ESTALE;
@@ -581,6 +593,7 @@ int ss_epoll_ctl(int epfd, int op, int fd, struct ss_sock *s, struct epoll_event
 	struct ss_ep *e = ep_get(epfd);
 	struct ss_epreg *r;
 	int ret = 0, mirror = 0;
+	int kfd = e ? e->kfd : epfd; /* the number is looked up once (ep_get) */
 
 	if (epfd == fd) {
 		ep_put(e);
@@ -613,7 +626,7 @@ int ss_epoll_ctl(int epfd, int op, int fd, struct ss_sock *s, struct epoll_event
 		atomic_fetch_add(&s->refs, 1);
 		atomic_init(&r->refs, 1); /* the socket list's */
 		if (!ep_can_answer(e, s, ev->events) || !ep_make_fast(e, r, false)) {
-			if (ss_real.epoll_ctl(epfd, op, fd, ev) != 0) {
+			if (ss_real.epoll_ctl(kfd, op, fd, ev) != 0) {
 				ret = -errno;
 				epreg_put(r);
 				break;
@@ -643,7 +656,7 @@ int ss_epoll_ctl(int epfd, int op, int fd, struct ss_sock *s, struct epoll_event
 			if (ep_events_of(r) && ep_queue_locked(e, r))
 				ep_wake_locked(e);
 			pthread_mutex_unlock(&e->lock);
-		} else if (ss_real.epoll_ctl(epfd, op, fd, ev) != 0) {
+		} else if (ss_real.epoll_ctl(kfd, op, fd, ev) != 0) {
 			ret = -errno;
 		} else {
 			r->ev = *ev;
@@ -656,7 +669,7 @@ int ss_epoll_ctl(int epfd, int op, int fd, struct ss_sock *s, struct epoll_event
 		}
 		if (r->fast)
 			ep_make_slow(r);
-		else if (ss_real.epoll_ctl(epfd, op, fd, NULL) != 0)
+		else if (ss_real.epoll_ctl(kfd, op, fd, NULL) != 0)
 			ret = -errno;
 		else
 			ep_count_kernel(e, -1);

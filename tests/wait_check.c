@@ -30,6 +30,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <sys/resource.h>
 #include <sys/select.h>
 #include <sys/socket.h>
 #include <sys/time.h>
@@ -832,6 +833,58 @@ static void sc_threads(void)
 	pair_close();
 }
 
+/*
+ * dup-close-epoll when the process has no fd to spare: an instance made
+ * with the last free number (under the shim: none left for its private
+ * duplicate), a dup of it, the number closed and taken by a new instance
+ * with a ready pipe of its own; the wait through the dup must not see it.
+ */
+static void sc_epoll_no_fd(void)
+{
+	int fill[4096], n = 0, p1[2], p2[2], ep, ep2, ep3;
+	struct rlimit old, low;
+
+	if (pipe(p1) != 0 || pipe(p2) != 0 || getrlimit(RLIMIT_NOFILE, &old) != 0)
+		prog_die("pipe");
+	name_fd(p1[0], "P1");
+	name_fd(p2[0], "P2");
+	/* The fds in use now, and room for this scenario's own. */
+	low = old;
+	low.rlim_cur = 3;
+	while (n < 4096 && (fill[n] = dup(p1[1])) >= 0)
+		low.rlim_cur = (rlim_t)fill[n++] + 1;
+	for (int i = 0; i < n; i++)
+		close(fill[i]);
+	n = 0;
+	if (setrlimit(RLIMIT_NOFILE, &low) != 0)
+		prog_die("setrlimit");
+	while (n < 4096 && (fill[n] = dup(p1[1])) >= 0)
+		n++;
+	close(fill[--n]);
+	ep = epoll_create1(0);
+	close(fill[--n]);
+	ep2 = dup(ep);
+	out("  epoll_create1 and dup with the last free fds: %s\n",
+	    ep >= 0 && ep2 >= 0 ? "yes" : "no");
+	ectl(ep, EPOLL_CTL_ADD, p1[0], EPOLLIN);
+	close(ep);
+	ep3 = epoll_create1(0);
+	ectl(ep3, EPOLL_CTL_ADD, p2[0], EPOLLIN);
+	if (write(p2[1], "x", 1) != 1 || write(p1[1], "y", 1) != 1)
+		prog_die("write");
+	ewait(ep2, 8, LONG_MS);
+	ewait(ep3, 8, LONG_MS);
+	close(ep2);
+	close(ep3);
+	while (n > 0)
+		close(fill[--n]);
+	setrlimit(RLIMIT_NOFILE, &old);
+	close(p1[0]);
+	close(p1[1]);
+	close(p2[0]);
+	close(p2[1]);
+}
+
 /* A non-blocking connect to the listener, named C; not ended yet, as a rule. */
 static int connect_nb(void)
 {
@@ -1020,6 +1073,7 @@ static const struct {
 	{"close-dup", sc_close_dup},
 	{"dup-epoll", sc_dup_epoll},
 	{"dup-close-epoll", sc_dup_close_epoll},
+	{"epoll-no-fd", sc_epoll_no_fd},
 	{"timeout", sc_timeout},
 	{"signals", sc_signals},
 	{"poll", sc_poll},

@@ -3,7 +3,8 @@
 # wait_check's scenarios (epoll level and edge triggered, one-shot, MOD,
 # shutdown, SHUT_RD and reset, maxevents below the ready count, two instances,
 # close and dup while registered, a dup of the epoll fd (also with its first
-# number closed and taken by a new instance), timeouts,
+# number closed and taken by a new instance, and made with the last free fd),
+# timeouts,
 # signals, poll, select, a sleeping thread, a connection upgraded while
 # a thread sleeps on it, a poller cancelled asleep,
 # fork) run over kernel TCP,
