@@ -44,11 +44,12 @@ struct ss_epreg {
 	atomic_int refs;
 	int epfd, fd;
 	struct epoll_event ev;
-	uint32_t edge; /* ET: events that rose since the last report */
-	bool fast;     /* the shadow answers it (not in the kernel set) */
-	bool queued;   /* on the ready list */
-	bool disabled; /* EPOLLONESHOT fired; until EPOLL_CTL_MOD */
-	bool mirror;   /* holds a mirror reference: the kernel answers it while upgraded */
+	uint32_t edge;    /* ET: events that rose since the last report */
+	atomic_bool fast; /* the shadow answers it (not in the kernel set); set under the instance's
+			     lock, read also under fd_lock alone */
+	bool queued;      /* on the ready list */
+	bool disabled;    /* EPOLLONESHOT fired; until EPOLL_CTL_MOD */
+	bool mirror;      /* holds a mirror reference: the kernel answers it while upgraded */
 };
 
 struct ss_ep {
