@@ -186,8 +186,11 @@ bool ss_asking_step(struct ss_sock *s)
 
 		if (ss_real.poll(&p, 1, 0) <= 0)
 			return true;
-		if (p.revents & (POLLERR | POLLHUP)) {
-			/* The connect failed: its error stays pending for the application. */
+		if ((p.revents & (POLLERR | POLLHUP)) || s->shut_early) {
+			/*
+			 * The connect failed (its error stays pending for the
+			 * application), or it was shut while connecting.
+			 */
 			ss_client_record(s, SS_DEST_UNKNOWN);
 			asking_plain(s, SS_REASON_NONE);
 			return false;

@@ -79,7 +79,10 @@ void ss_client_record(struct ss_sock *s, enum ss_dest_state st)
 	s->prober = false;
 }
 
-/* The connect of tcp_fd failed: the application gets that socket, with its error pending. */
+/*
+ * The application gets tcp_fd as it is: its connect failed (the error
+ * pending), or it was shut while connecting (shut_early).
+ */
 static void client_connect_failed(struct ss_sock *s)
 {
 	if (s->conn)
@@ -294,7 +297,7 @@ bool ss_client_step(struct ss_sock *s)
 	case SS_SOCK_CONNECTING:
 		if (!client_connect_done(s, &failed))
 			return true;
-		if (failed) {
+		if (failed || s->shut_early) {
 			client_connect_failed(s);
 			return false;
 		}

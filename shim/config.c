@@ -38,6 +38,7 @@ static const char *const test_points[SS_TP__COUNT] = {
 	[SS_TP_DOWN_RETURN] = "down-return",
 	[SS_TP_HANDOVER] = "handover",
 	[SS_TP_CLIENT_LOOK] = "client-look",
+	[SS_TP_SHUT_CONNECT] = "shut-connect",
 };
 /* clang-format on */
 
@@ -186,7 +187,7 @@ const struct ss_option ss_options[] = {
 		.doc = "for tests only: sleep at points of the negotiation, as "
 		       "POINT=MS[,POINT=MS...] with points client-hello, client-ready, server-ack, "
 		       "server-accept, first-read, server-pair, load, down-return, handover, "
-		       "client-look; empty: never",
+		       "client-look, shut-connect; empty: never",
 		.offset = offsetof(struct ss_config, test_delays),
 		.type = SS_OPT_STRING,
 		.max = sizeof(((struct ss_config *)0)->test_delays) - 1,

@@ -55,6 +55,7 @@ enum ss_test_point {
 	SS_TP_DOWN_RETURN,   /* a live downgrade: the peer's RDMA stream ended, before RETURN */
 	SS_TP_HANDOVER,      /* a forked child's request for its connection: before the answer */
 	SS_TP_CLIENT_LOOK,   /* client starting on TCP: the progress thread's look, unlocked */
+	SS_TP_SHUT_CONNECT,  /* client: shutdown() found the connect running, before it shuts */
 	SS_TP__COUNT,
 };
 

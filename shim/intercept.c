@@ -803,6 +803,15 @@ static bool shut_connecting(struct ss_sock *s, int how, int *ret)
 	ss_client_step(s); /* it may have ended meanwhile: then the HELLO goes out first */
 	if (!shut_connect_runs(s))
 		return false;
+	/*
+	 * Should the connect end before the shutdown below (the kernel does
+	 * not wait for our lock), the shutdown applies to the connection, as
+	 * TCP's in that order: the connection is the application's as it is,
+	 * and no HELLO goes on it (its send would fail, or its answer be read
+	 * past our own end of stream).
+	 */
+	s->shut_early = true;
+	ss_test_delay(SS_TP_SHUT_CONNECT);
 	*ret = ss_real.shutdown(s->tcp_fd, how) ? -errno : 0;
 	ss_client_step(s);
 	return true;

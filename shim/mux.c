@@ -28,7 +28,13 @@ struct poll_call {
 	struct pollfd *fds; /* the application's array */
 	nfds_t n;
 	struct ss_sock **socks; /* per fd: an upgraded socket (a reference), or NULL */
-	struct pollfd *k;       /* what the kernel is asked: the others, then ours */
+	/*
+	 * per fd: an accepted socket whose HELLO another thread is answering
+	 * (a reference), or NULL: the kernel is asked about it (still its TCP
+	 * socket), and once it is decided the call starts again.
+	 */
+	struct ss_sock **acc;
+	struct pollfd *k; /* what the kernel is asked: the others, then ours */
 	nfds_t nk, n_other;
 	bool moved; /* one of ours left RDMA (fell back): the call starts again */
 };
@@ -41,6 +47,13 @@ static int poll_ours(struct poll_call *pc)
 	for (nfds_t i = 0; i < pc->n; i++) {
 		uint32_t ev;
 
+		if (pc->acc[i] && ss_sock_state(pc->acc[i]) != SS_SOCK_ACCEPTED) {
+			/* Decided: its fd may name our socketpair end now. */
+			pc->fds[i].revents = 0;
+			pc->moved = true;
+			ready++;
+			continue;
+		}
 		if (!pc->socks[i])
 			continue;
 		/* Sequentially consistent: see ss_fallback. */
@@ -270,7 +283,7 @@ static bool poll_accepted_answering(struct ss_sock *s)
 static int poll_once(struct pollfd *fds, nfds_t n, int timeout_ms, const sigset_t *mask,
 		     unsigned sig_base, bool *handled, bool *moved)
 {
-	struct ss_sock *stack[2 * POLL_STACK], **mir, *s;
+	struct ss_sock *stack[3 * POLL_STACK], **mir, *s;
 	struct poll_call pc = {.fds = fds, .n = n};
 	int ours = 0, mirrored = 0, ret = 0;
 	bool moving = false;    /* a socket on its way back to TCP: its fd changes object soon */
@@ -285,14 +298,16 @@ static int poll_once(struct pollfd *fds, nfds_t n, int timeout_ms, const sigset_
 	 */
 	if (n == 0)
 		return 0;
-	pc.socks = n <= POLL_STACK ? stack : calloc(2 * n, sizeof(*pc.socks));
+	pc.socks = n <= POLL_STACK ? stack : calloc(3 * n, sizeof(*pc.socks));
 	if (!pc.socks)
 		return 0;
 	mir = pc.socks +
 	      n; /* sockets on the mirror, each with a reference and a mirror reference */
+	pc.acc = mir + n;
 	for (nfds_t i = 0; i < n; i++) {
 		s = fds[i].fd >= 0 ? ss_sock_get(fds[i].fd) : NULL;
 		pc.socks[i] = NULL;
+		pc.acc[i] = NULL;
 		if (s && ss_sock_state(s) == SS_SOCK_UPGRADED) {
 			pc.socks[i] = s;
 			ours++;
@@ -317,7 +332,7 @@ static int poll_once(struct pollfd *fds, nfds_t n, int timeout_ms, const sigset_
 				  ss_sock_state(s) == SS_SOCK_RECONNECTING;
 		} else if (s && poll_accepted_answering(s)) {
 			answering = true;
-			ss_sock_put(s);
+			pc.acc[i] = s;
 		} else {
 			/* An epoll instance polled here is answered by the kernel from now on. */
 			if (!s && fds[i].fd >= 0 && ss_epoll_is_ours(fds[i].fd))
@@ -351,8 +366,10 @@ static int poll_once(struct pollfd *fds, nfds_t n, int timeout_ms, const sigset_
 		ss_ready_mirror_put(mir[i]);
 		ss_sock_put(mir[i]);
 	}
-	for (nfds_t i = 0; i < n; i++)
+	for (nfds_t i = 0; i < n; i++) {
 		ss_sock_put(pc.socks[i]);
+		ss_sock_put(pc.acc[i]);
+	}
 	if (pc.socks != stack)
 		free(pc.socks);
 	*moved = pc.moved && ret >= 0;
@@ -386,6 +403,13 @@ int ss_poll_since(struct pollfd *fds, nfds_t n, int timeout_ms, const sigset_t *
 		}
 		if (!moved)
 			return ret;
+		/*
+		 * A handler that ran between the rounds (in user space, where
+		 * the kernel's wait did not see it) ends the call, as it would
+		 * have ended one kernel poll.
+		 */
+		if (ss_sig_any() != sig_base)
+			return -EINTR;
 		restarted = true;
 		now = ss_now_ms();
 		if (end != UINT64_MAX)
@@ -431,6 +455,10 @@ int ss_select(int nfds, fd_set *rd, fd_set *wr, fd_set *ex, int timeout_ms, cons
 			pfd[n++] = (struct pollfd){.fd = fd, .events = ev};
 	}
 	ret = ss_poll(pfd, (nfds_t)n, timeout_ms, mask, handled);
+	/* A closed fd in the sets: EBADF, the sets untouched, as Linux's select. */
+	for (int i = 0; *handled && ret >= 0 && i < n; i++)
+		if (pfd[i].revents & POLLNVAL)
+			ret = -EBADF;
 	if (*handled && ret >= 0) {
 		/* Linux's select: readable on POLLIN, HUP or ERR; writable on POLLOUT or ERR. */
 		if (rd)

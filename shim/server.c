@@ -120,7 +120,6 @@ static void server_answer(struct ss_sock *s, int fd, const struct ss_msg *hello)
 		server_later(s, fd, hello);
 		return;
 	}
-	atomic_store(&s->answering, true);
 	/* A client that waited in vain for us has said so right behind its HELLO. */
 	if (ss_hs_peek(&ss_real_io, fd, &m, 0, NULL, &used) == SS_HSR_MSG &&
 	    m.nonce == hello->nonce && m.type == SS_MSG_DECLINE &&
@@ -170,9 +169,16 @@ int ss_server_decide(struct ss_sock *s, int fd, int wait_ms)
 
 	if (ss_sock_state(s) != SS_SOCK_ACCEPTED)
 		return 0;
+	/*
+	 * Before anything may be taken off the TCP socket: a poll that finds
+	 * the mark waits in slices (mux.c), as an upgrade may change the file
+	 * on the fd. Whatever the read finds but nothing, the state leaves
+	 * ACCEPTED, and the mark means nothing more.
+	 */
+	atomic_store(&s->answering, true);
 	switch (ss_hs_read(&ss_real_io, fd, &hello, ss_deadline_in(wait_ms), &dec)) {
 	case SS_HSR_TIMEOUT:
-	case SS_HSR_PARTIAL: return -EAGAIN;
+	case SS_HSR_PARTIAL: atomic_store(&s->answering, false); return -EAGAIN;
 	case SS_HSR_MSG: break;
 	case SS_HSR_BAD:
 		/* Our magic but nothing we can read: the bytes stay, for the application. */

@@ -51,8 +51,11 @@ static void forget_connection(struct ss_sock *s)
 	if (s->shim_fd >= 0)
 		ss_real.close(s->shim_fd);
 	s->tcp_fd = s->shim_fd = -1;
-	if (st == SS_SOCK_ACCEPTED)
-		return; /* undecided: the child decides on its own at its first I/O */
+	if (st == SS_SOCK_ACCEPTED) {
+		/* Undecided: the child decides on its own at its first I/O (nobody answers yet). */
+		atomic_store(&s->answering, false);
+		return;
+	}
 	s->conn = NULL; /* its verbs objects are the parent's: never destroyed here */
 	free(s->hold);
 	s->hold = NULL;

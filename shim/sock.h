@@ -105,6 +105,7 @@ struct ss_sock {
 	bool shut_wr_held; /* shutdown(SHUT_WR) before the decision: applied after it */
 	bool committed;    /* server: READY came (the client sends over RDMA from now on) */
 	bool hello_sent;   /* ASKING: the HELLO is out */
+	bool shut_early;   /* client: shut while TCP connected: plain once connected, no HELLO */
 	bool answered;     /* ASKING: the server's answer is taken; the hold goes to TCP */
 	bool partial;      /* ASKING: part of the answer is in; the rest is waited for by time */
 	uint64_t strip_partial_ms; /* PLAIN, strip pending: when part of a message was first seen */
@@ -118,10 +119,11 @@ struct ss_sock {
 	 */
 	atomic_bool shut_rd;
 	/*
-	 * server, ACCEPTED: the HELLO is off the TCP socket and the answer under
-	 * way in some thread's call; an upgrade will put our socketpair end on
-	 * the fd (a kernel wait begun on the socket would sleep on a file that
-	 * gets nothing more: mux.c waits in slices). Set under the lock.
+	 * server, ACCEPTED: a thread's call reads the HELLO off the TCP socket
+	 * (set before the read; cleared when none is there) and answers it; an
+	 * upgrade will put our socketpair end on the fd (a kernel wait begun on
+	 * the socket would sleep on a file that gets nothing more: mux.c waits
+	 * in slices). Set under the lock; meaningless once decided.
 	 */
 	atomic_bool answering;
 	uint32_t nonce;

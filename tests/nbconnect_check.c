@@ -21,6 +21,17 @@
  *            connects to itself 3 times, accepts, and each connection
  *            sends 1,000 bytes and gets them echoed, all non-blocking
  *
+ *   nbconnect_check ADDR PORT DEADADDR shut-race AT_MS
+ *
+ * runs only shut-race, in the three styles: a connect whose SYN a full
+ * accept queue dropped (it is sent again after a second, and then
+ * connects), shut AT_MS after it began (SHUT_RD, SHUT_WR, SHUT_RDWR by
+ * style); then the same observations as shut, and what the server's side
+ * gets. tests/e2e/nbconnect.sh runs it over TCP with AT_MS 1500 (the
+ * connect has ended: the shutdown applies to the connection) and under the
+ * shim with AT_MS 500 and SRQSHIM_TEST_DELAYS=shut-connect=1000 (the shim
+ * finds the connect running and shuts after it ended).
+ *
  * ok and self take a status snapshot (status_snap.h) while their
  * connections are open, tagged "ok-STYLE" and "self-STYLE".
  */
@@ -182,22 +193,73 @@ static void scenario_timeout(enum style st, const char *dead, int port)
 	close(c);
 }
 
-/* shutdown() of a connect still in progress (SHUT_RD, _WR, _RDWR by style). */
-static void scenario_shut(enum style st, const char *dead, int port)
+/*
+ * shutdown(c) (SHUT_RD, _WR, _RDWR by style), then what the wait shows,
+ * SO_ERROR, a write and a read.
+ */
+static void shut_and_look(const char *what, enum style st, int c)
 {
-	int c = nb_connect("shut", st, dead, port, 1), how = SHUT_RD + (int)st;
 	char b = 'x';
 	ssize_t n;
 
-	printf("shut %s: shutdown %s\n", style_name[st],
-	       err_name(shutdown(c, how) == 0 ? 0 : errno));
-	printf("shut %s: wait %s\n", style_name[st], wait_out(st, c, 3000));
-	printf("shut %s: SO_ERROR %s\n", style_name[st], err_name(so_error(c)));
+	printf("%s %s: shutdown %s\n", what, style_name[st],
+	       err_name(shutdown(c, SHUT_RD + (int)st) == 0 ? 0 : errno));
+	printf("%s %s: wait %s\n", what, style_name[st], wait_out(st, c, 3000));
+	printf("%s %s: SO_ERROR %s\n", what, style_name[st], err_name(so_error(c)));
 	n = send(c, &b, 1, MSG_NOSIGNAL);
-	printf("shut %s: send %s\n", style_name[st], n < 0 ? err_name(errno) : "1");
+	printf("%s %s: send %s\n", what, style_name[st], n < 0 ? err_name(errno) : "1");
 	n = recv(c, &b, 1, 0);
-	printf("shut %s: recv %s\n", style_name[st], n < 0 ? err_name(errno) : n ? "1" : "0");
+	printf("%s %s: recv %s\n", what, style_name[st], n < 0 ? err_name(errno) : n ? "1" : "0");
+}
+
+/* shutdown() of a connect still in progress. */
+static void scenario_shut(enum style st, const char *dead, int port)
+{
+	int c = nb_connect("shut", st, dead, port, 1);
+
+	shut_and_look("shut", st, c);
 	close(c);
+}
+
+/* shut-race: a shutdown that finds the connect running, the connect ending before it shuts. */
+static void scenario_shut_race(enum style st, const char *addr, int port, int at_ms)
+{
+	struct sockaddr_in sin = prog_address(addr, port);
+	int l = socket(AF_INET, SOCK_STREAM, 0), one = 1, filler, c, a;
+	struct pollfd p;
+	char b;
+	ssize_t n;
+
+	setsockopt(l, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+	if (l < 0 || bind(l, (struct sockaddr *)&sin, sizeof(sin)) || listen(l, 0))
+		prog_die("shut-race: listen");
+	/* One connection fills the queue: the next SYN is dropped, and sent again after 1 s. */
+	filler = socket(AF_INET, SOCK_STREAM, 0);
+	if (filler < 0 || connect(filler, (struct sockaddr *)&sin, sizeof(sin)) != 0)
+		prog_die("shut-race: filler");
+	c = nb_connect("shut-race", st, addr, port, 0);
+	usleep(200000);
+	if ((a = accept(l, NULL, NULL)) < 0)
+		prog_die("shut-race: accept the filler");
+	close(a);
+	close(filler);
+	usleep((useconds_t)(at_ms - 200) * 1000);
+	shut_and_look("shut-race", st, c);
+	p = (struct pollfd){.fd = l, .events = POLLIN};
+	if (poll(&p, 1, 3000) != 1 || (a = accept(l, NULL, NULL)) < 0) {
+		printf("shut-race %s: the server accepted nothing\n", style_name[st]);
+	} else {
+		p = (struct pollfd){.fd = a, .events = POLLIN};
+		poll(&p, 1, 1000);
+		n = recv(a, &b, 1, MSG_DONTWAIT);
+		printf("shut-race %s: the server's read %s\n", style_name[st],
+		       n < 0 ? err_name(errno)
+		       : n   ? "1"
+			     : "0");
+		close(a);
+	}
+	close(c);
+	close(l);
 }
 
 /* One loop: its listener, 3 connections to itself, each echoing 1,000 bytes. */
@@ -318,14 +380,19 @@ int main(int argc, char **argv)
 	int port, l, one = 1;
 	struct sockaddr_in sin;
 
-	if (argc != 4) {
-		fprintf(stderr, "usage: nbconnect_check ADDR PORT DEADADDR\n");
+	if (argc != 4 && !(argc == 6 && strcmp(argv[4], "shut-race") == 0)) {
+		fprintf(stderr, "usage: nbconnect_check ADDR PORT DEADADDR [shut-race AT_MS]\n");
 		return 2;
 	}
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	addr = argv[1];
 	port = atoi(argv[2]);
 	dead = argv[3];
+	if (argc == 6) {
+		for (int st = EPOLL; st <= SELECT; st++)
+			scenario_shut_race((enum style)st, addr, port + st, atoi(argv[5]));
+		return 0;
+	}
 	sin = prog_address(addr, port);
 	l = socket(AF_INET, SOCK_STREAM, 0);
 	setsockopt(l, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));

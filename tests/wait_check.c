@@ -741,6 +741,10 @@ static void sc_select(void)
 	settle_eof(pair_s);
 	swait(both, 2, true, false, LONG_MS);
 	swait(both, 2, true, true, LONG_MS);
+	/* A closed number among upgraded ones: EBADF. */
+	both[1] = dup(pair_c);
+	close(both[1]);
+	swait(both, 2, true, false, SHORT_MS);
 	pair_close();
 }
 
@@ -765,6 +769,7 @@ static void *sleeper(void *arg)
 /* poll-swap's other thread: the accepted socket's first I/O, then the client's bytes. */
 struct swap_args {
 	int c, s;
+	uint64_t first_io_ms, put_ms; /* when the first I/O returned, when the bytes went */
 };
 
 static void *swap_first_io(void *arg)
@@ -775,25 +780,33 @@ static void *swap_first_io(void *arg)
 	/* Under the shim: takes the HELLO and upgrades (server-pair delays the fd's change). */
 	if (recv(a->s, &junk, 1, MSG_DONTWAIT) >= 0)
 		prog_die("a byte from nowhere");
+	a->first_io_ms = now_ms();
 	usleep(300000);
+	a->put_ms = now_ms();
 	put(a->c, 10);
 	return NULL;
 }
 
 /*
- * The application's own poll on an accepted socket begins while another
+ * The application's own poll on an accepted socket S begins while another
  * thread's first I/O on it answers the client's HELLO (under the shim, run
  * with SRQSHIM_TEST_DELAYS=server-pair=300: the poll begins after the HELLO
  * was taken, before the upgrade puts another file on the fd); the client's
- * bytes after the upgrade must end it.
+ * bytes after the upgrade must end it. mixed: the poll also watches an
+ * upgraded pair's end (the shim answers the call itself then).
  */
-static void sc_poll_swap(void)
+static void poll_swap(bool mixed)
 {
 	struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)wc_port)};
 	struct swap_args a;
-	struct pollfd p;
+	struct pollfd p[2];
+	uint64_t poll_ms, end_ms;
 	pthread_t th;
 
+	if (mixed) {
+		pair_open();
+		name_fd(pair_s, "T");
+	}
 	inet_pton(AF_INET, wc_addr, &sa.sin_addr);
 	a.c = socket(AF_INET, SOCK_STREAM, 0);
 	if (a.c < 0 || connect(a.c, (struct sockaddr *)&sa, sizeof(sa)) != 0)
@@ -805,13 +818,31 @@ static void sc_poll_swap(void)
 	usleep(300000); /* the HELLO is in */
 	pthread_create(&th, NULL, swap_first_io, &a);
 	usleep(100000);
-	p = (struct pollfd){.fd = a.s, .events = POLLIN};
-	pwait(&p, 1, LONG_MS);
+	p[0] = (struct pollfd){.fd = a.s, .events = POLLIN};
+	p[1] = (struct pollfd){.fd = mixed ? pair_s : -1, .events = POLLIN};
+	poll_ms = now_ms();
+	pwait(p, 2, LONG_MS);
+	end_ms = now_ms();
 	pthread_join(th, NULL);
+	/* Under the delay, the window must have been hit: not in the transcript (TCP has none). */
+	if (getenv("SRQSHIM_TEST_DELAYS") && (poll_ms >= a.first_io_ms || end_ms < a.put_ms))
+		prog_die("poll-swap: the poll did not begin before the upgrade, or ended early");
 	take_status(); /* (when run alone) */
 	take_all("S", a.s, 10);
 	close(a.c);
 	close(a.s);
+	if (mixed)
+		pair_close();
+}
+
+static void sc_poll_swap(void)
+{
+	poll_swap(false);
+}
+
+static void sc_poll_swap_mixed(void)
+{
+	poll_swap(true);
 }
 
 /* One instance waited on by another thread: a new event reaches it asleep. */
@@ -1078,6 +1109,7 @@ static const struct {
 	{"signals", sc_signals},
 	{"poll", sc_poll},
 	{"poll-swap", sc_poll_swap},
+	{"poll-swap-mixed", sc_poll_swap_mixed},
 	{"select", sc_select},
 	{"threads", sc_threads},
 	{"upgrade-asleep", sc_upgrade_asleep},

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Non-blocking connect against kernel TCP (issue 11): nbconnect_check's
 # scenarios (a listener that accepts, a refused port, a destination that
-# never answers with TCP_SYNCNT 1, an event loop that connects to itself),
+# never answers with TCP_SYNCNT 1, an event loop that connects to itself,
+# shutdown while the connect runs, and while it ends: shut-race),
 # each waited for in epoll, poll and select style, over kernel TCP, then
 # under the shim in each mode; every observation must be what TCP gave, and
 # the loop's connections to itself must have been upgraded.
@@ -60,3 +61,24 @@ for style in epoll poll select; do
 	st=$((st + 1))
 done
 pass "start on TCP: $(wc -l < "$WORK/tcp.txt") observations as over kernel TCP, every end started on TCP"
+
+# shut-race: a shutdown that finds the connect running, the connect ending
+# before it shuts (SRQSHIM_TEST_DELAYS=shut-connect holds the shim between
+# its look and the shutdown): the shutdown applies to the connection, as
+# TCP's when it comes after the connect (AT_MS 1500 over TCP), and no HELLO
+# goes on it. In each mode, and starting on TCP.
+port=$((port + 10))
+timeout 120 "$NC" "$ADDR" $port $DEAD shut-race 1500 > "$WORK/race-tcp.txt" ||
+	{ cat "$WORK/race-tcp.txt"; fail "shut-race over TCP"; }
+grep -q "shut-race epoll: SO_ERROR 0" "$WORK/race-tcp.txt" ||
+	{ cat "$WORK/race-tcp.txt"; fail "shut-race over TCP: the connect had not ended at 1.5 s"; }
+for how in srq rq tcp; do
+	port=$((port + 10))
+	if [ $how = tcp ]; then set -- SRQSHIM_START=tcp; else set -- SRQSHIM_MODE=$how; fi
+	env LD_PRELOAD="$PRELOAD" "$@" SRQSHIM_TEST_DELAYS=shut-connect=1000 \
+		timeout 120 "$NC" "$ADDR" $port $DEAD shut-race 500 > "$WORK/race-$how.txt" ||
+		{ cat "$WORK/race-$how.txt"; fail "shut-race ($*) failed"; }
+	diff -u "$WORK/race-tcp.txt" "$WORK/race-$how.txt" ||
+		fail "shut-race ($*): the shutdown after the connect ended showed other than over TCP (- TCP, + shim)"
+done
+pass "shut-race: a connect that ends between the shim's look and its shutdown is shut as over TCP (srq, rq, starting on TCP)"

@@ -9,9 +9,9 @@
 # a thread sleeps on it, a poller cancelled asleep,
 # fork) run over kernel TCP,
 # then under the shim in each mode; every wait call must return what it
-# returned over TCP. poll-swap runs again alone with the server's upgrade
-# delayed (SRQSHIM_TEST_DELAYS=server-pair=300), so that its poll begins
-# between the HELLO's taking and the upgrade.
+# returned over TCP. poll-swap and poll-swap-mixed run again alone with the
+# server's upgrade delayed (SRQSHIM_TEST_DELAYS=server-pair=300), so that
+# their poll begins between the HELLO's taking and the upgrade.
 . "$(dirname "$0")/lib.sh"
 need_rdma
 
@@ -32,7 +32,7 @@ PY
 
 timeout 300 "$WC" "$ADDR" $port > "$WORK/tcp.txt" || { cat "$WORK/tcp.txt"; fail "over TCP"; }
 port=$((port + 1))
-timeout 60 "$WC" "$ADDR" $port poll-swap > "$WORK/tcp-swap.txt" || fail "poll-swap over TCP"
+timeout 60 "$WC" "$ADDR" $port poll-swap poll-swap-mixed > "$WORK/tcp-swap.txt" || fail "poll-swap over TCP"
 for mode in srq rq; do
 	port=$((port + 1))
 	rm -f "$WORK/st"
@@ -49,7 +49,7 @@ for mode in srq rq; do
 	rm -f "$WORK/st"
 	env LD_PRELOAD="$PRELOAD" SRQSHIM_MODE=$mode WC_STATUS="$WORK/st" WC_CTL="$CTL" \
 		SRQSHIM_TEST_DELAYS=server-pair=300 \
-		timeout 60 "$WC" "$ADDR" $port poll-swap > "$WORK/$mode-swap.txt" ||
+		timeout 60 "$WC" "$ADDR" $port poll-swap poll-swap-mixed > "$WORK/$mode-swap.txt" ||
 		{ cat "$WORK/$mode-swap.txt"; fail "$mode: poll-swap failed"; }
 	both_upgraded "$WORK/st" $mode || { cat "$WORK/st"; fail "$mode: poll-swap's pair was not upgraded"; }
 	diff -u "$WORK/tcp-swap.txt" "$WORK/$mode-swap.txt" ||
