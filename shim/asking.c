@@ -187,6 +187,7 @@ bool ss_asking_step(struct ss_sock *s)
 		if (ss_real.poll(&p, 1, 0) <= 0)
 			return true;
 		if ((p.revents & (POLLERR | POLLHUP)) || s->shut_early) {
+			ss_client_reset_lost_hold(s);
 			/*
 			 * The connect failed (its error stays pending for the
 			 * application), or it was shut while connecting.

@@ -81,7 +81,8 @@ void ss_client_record(struct ss_sock *s, enum ss_dest_state st)
 
 /*
  * The application gets tcp_fd as it is: its connect failed (the error
- * pending), or it was shut while connecting (shut_early).
+ * pending), or it was shut while connecting (shut_early; reset first when
+ * bytes were held, ss_client_reset_lost_hold).
  */
 static void client_connect_failed(struct ss_sock *s)
 {
@@ -94,6 +95,20 @@ static void client_connect_failed(struct ss_sock *s)
 	s->hold_len = 0;
 	ss_leave_pair(s, true);
 	ss_become_plain(s, SS_REASON_NONE);
+}
+
+bool ss_client_reset_lost_hold(struct ss_sock *s)
+{
+	struct sockaddr_storage peer;
+	socklen_t len = sizeof(peer);
+	struct sockaddr unspec = {.sa_family = AF_UNSPEC};
+
+	if (!s->shut_early || !s->hold_len ||
+	    ss_real.getpeername(s->tcp_fd, (struct sockaddr *)&peer, &len) != 0)
+		return false; /* nothing held, or the connect was aborted */
+	/* Linux's disconnect: a reset to the peer, ECONNRESET pending here. */
+	ss_real.connect(s->tcp_fd, &unspec, sizeof(unspec));
+	return true;
 }
 
 void ss_client_reconnect(struct ss_sock *s, enum ss_reason why)
@@ -297,7 +312,9 @@ bool ss_client_step(struct ss_sock *s)
 	case SS_SOCK_CONNECTING:
 		if (!client_connect_done(s, &failed))
 			return true;
+		/* Shut early: the application's as it is (no HELLO), reset if bytes were held. */
 		if (failed || s->shut_early) {
+			ss_client_reset_lost_hold(s);
 			client_connect_failed(s);
 			return false;
 		}

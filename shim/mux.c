@@ -29,9 +29,9 @@ struct poll_call {
 	nfds_t n;
 	struct ss_sock **socks; /* per fd: an upgraded socket (a reference), or NULL */
 	/*
-	 * per fd: an accepted socket whose HELLO another thread is answering
-	 * (a reference), or NULL: the kernel is asked about it (still its TCP
-	 * socket), and once it is decided the call starts again.
+	 * per fd: an accepted, undecided socket (a reference), or NULL: the
+	 * kernel is asked about it (still its TCP socket), and once it is
+	 * decided the call starts again.
 	 */
 	struct ss_sock **acc;
 	struct pollfd *k; /* what the kernel is asked: the others, then ours */
@@ -330,8 +330,14 @@ static int poll_once(struct pollfd *fds, nfds_t n, int timeout_ms, const sigset_
 			moving |= ss_sock_state(s) == SS_SOCK_FALLBACK ||
 				  ss_sock_state(s) == SS_SOCK_ASKING ||
 				  ss_sock_state(s) == SS_SOCK_RECONNECTING;
-		} else if (s && poll_accepted_answering(s)) {
-			answering = true;
+		} else if (s && ss_sock_state(s) == SS_SOCK_ACCEPTED) {
+			/*
+			 * Marked: in slices (below). Marked or not, the shim's own
+			 * loop (with upgraded sockets) starts the call again once
+			 * it is decided: its HELLO may be taken by another thread
+			 * between this look and the kernel's (poll_ours).
+			 */
+			answering |= poll_accepted_answering(s);
 			pc.acc[i] = s;
 		} else {
 			/* An epoll instance polled here is answered by the kernel from now on. */

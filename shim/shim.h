@@ -454,6 +454,15 @@ void ss_cache_record(const struct sockaddr *dst, enum ss_dest_state st, bool pro
 /* Ends this connect's probe of the destination in the cache. */
 void ss_client_record(struct ss_sock *s, enum ss_dest_state st);
 
+/*
+ * A connect shut early (shut_early) that ended before the shutdown, with
+ * bytes held meanwhile: they cannot go behind the shutdown, so the
+ * connection is reset (Linux's disconnect: ECONNRESET for the application,
+ * a reset for the peer), as when the shutdown aborts the connect; never
+ * ended without them. Lock held; true if it reset.
+ */
+bool ss_client_reset_lost_hold(struct ss_sock *s);
+
 /* In a forked child: the cache's lock is made anew. */
 void ss_cache_after_fork(void);
 

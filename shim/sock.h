@@ -105,7 +105,8 @@ struct ss_sock {
 	bool shut_wr_held; /* shutdown(SHUT_WR) before the decision: applied after it */
 	bool committed;    /* server: READY came (the client sends over RDMA from now on) */
 	bool hello_sent;   /* ASKING: the HELLO is out */
-	bool shut_early;   /* client: shut while TCP connected: plain once connected, no HELLO */
+	bool shut_early;   /* client: shut while its TCP connect ran: once connected, plain (no
+			      HELLO; reset if bytes were held) */
 	bool answered;     /* ASKING: the server's answer is taken; the hold goes to TCP */
 	bool partial;      /* ASKING: part of the answer is in; the rest is waited for by time */
 	uint64_t strip_partial_ms; /* PLAIN, strip pending: when part of a message was first seen */

@@ -48,6 +48,7 @@
 #include <sys/epoll.h>
 #include <sys/select.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "tests/status_snap.h"
@@ -221,11 +222,70 @@ static void scenario_shut(enum style st, const char *dead, int port)
 	close(c);
 }
 
-/* shut-race: a shutdown that finds the connect running, the connect ending before it shuts. */
-static void scenario_shut_race(enum style st, const char *addr, int port, int at_ms)
+/*
+ * The server's side of shut-race-held: every byte its connections bring
+ * within 5 s (at most 64), read from each connection it accepts.
+ */
+static void shut_race_server_bytes(const char *what, enum style st, int l)
+{
+	char got[65] = "", b[64];
+	size_t len = 0;
+	int conns[8], nc = 0;
+	uint64_t end;
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	end = (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000 + 5000;
+	for (;;) {
+		struct pollfd p[9];
+		int np = 0, left;
+
+		clock_gettime(CLOCK_MONOTONIC, &ts);
+		left = (int)(end - ((uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000));
+		if (left <= 0 || len >= 5)
+			break;
+		p[np++] = (struct pollfd){.fd = l, .events = POLLIN};
+		for (int i = 0; i < nc; i++)
+			p[np++] = (struct pollfd){.fd = conns[i], .events = POLLIN};
+		if (poll(p, (nfds_t)np, left) <= 0)
+			continue;
+		if ((p[0].revents & POLLIN) && nc < 8 && (conns[nc] = accept(l, NULL, NULL)) >= 0)
+			nc++;
+		for (int i = 1; i < np; i++) {
+			ssize_t n;
+
+			if (!p[i].revents)
+				continue;
+			n = recv(p[i].fd, b, sizeof(b) - 1 - len, MSG_DONTWAIT);
+			if (n > 0) {
+				memcpy(got + len, b, (size_t)n);
+				len += (size_t)n;
+			} else if (n == 0 || errno != EAGAIN) {
+				/* ended: no more from it (a reset probe, or its end) */
+				close(p[i].fd);
+				conns[i - 1] = conns[--nc];
+				break; /* the array changed: poll again */
+			}
+		}
+	}
+	got[len] = 0;
+	printf("%s %s: the server got '%s'\n", what, style_name[st], got);
+	for (int i = 0; i < nc; i++)
+		close(conns[i]);
+}
+
+/*
+ * shut-race: a shutdown that finds the connect running, the connect ending
+ * before it shuts. held: the client wrote 5 bytes before the shutdown
+ * (under the shim, held: TCP's write says EAGAIN then), and what the
+ * server gets and the client's pending error are printed: the bytes must
+ * reach the server, or the connection fail where the application sees it.
+ */
+static void scenario_shut_race(enum style st, const char *addr, int port, int at_ms, bool held)
 {
 	struct sockaddr_in sin = prog_address(addr, port);
 	int l = socket(AF_INET, SOCK_STREAM, 0), one = 1, filler, c, a;
+	const char *what = held ? "shut-race-held" : "shut-race";
 	struct pollfd p;
 	char b;
 	ssize_t n;
@@ -237,14 +297,25 @@ static void scenario_shut_race(enum style st, const char *addr, int port, int at
 	filler = socket(AF_INET, SOCK_STREAM, 0);
 	if (filler < 0 || connect(filler, (struct sockaddr *)&sin, sizeof(sin)) != 0)
 		prog_die("shut-race: filler");
-	c = nb_connect("shut-race", st, addr, port, 0);
+	c = nb_connect(what, st, addr, port, 0);
+	if (held && send(c, "hello", 5, MSG_NOSIGNAL) < 0 && errno != EAGAIN)
+		prog_die("shut-race-held: send");
 	usleep(200000);
 	if ((a = accept(l, NULL, NULL)) < 0)
 		prog_die("shut-race: accept the filler");
 	close(a);
 	close(filler);
 	usleep((useconds_t)(at_ms - 200) * 1000);
-	shut_and_look("shut-race", st, c);
+	if (held) {
+		shutdown(c, SHUT_RD + (int)st);
+		shut_race_server_bytes(what, st, l);
+		printf("%s %s: the client's SO_ERROR %s\n", what, style_name[st],
+		       err_name(so_error(c)));
+		close(c);
+		close(l);
+		return;
+	}
+	shut_and_look(what, st, c);
 	p = (struct pollfd){.fd = l, .events = POLLIN};
 	if (poll(&p, 1, 3000) != 1 || (a = accept(l, NULL, NULL)) < 0) {
 		printf("shut-race %s: the server accepted nothing\n", style_name[st]);
@@ -380,8 +451,10 @@ int main(int argc, char **argv)
 	int port, l, one = 1;
 	struct sockaddr_in sin;
 
-	if (argc != 4 && !(argc == 6 && strcmp(argv[4], "shut-race") == 0)) {
-		fprintf(stderr, "usage: nbconnect_check ADDR PORT DEADADDR [shut-race AT_MS]\n");
+	if (argc != 4 && !(argc == 6 && (strcmp(argv[4], "shut-race") == 0 ||
+					 strcmp(argv[4], "shut-race-held") == 0))) {
+		fprintf(stderr, "usage: nbconnect_check ADDR PORT DEADADDR "
+				"[shut-race|shut-race-held AT_MS]\n");
 		return 2;
 	}
 	setvbuf(stdout, NULL, _IOLBF, 0);
@@ -390,7 +463,8 @@ int main(int argc, char **argv)
 	dead = argv[3];
 	if (argc == 6) {
 		for (int st = EPOLL; st <= SELECT; st++)
-			scenario_shut_race((enum style)st, addr, port + st, atoi(argv[5]));
+			scenario_shut_race((enum style)st, addr, port + st, atoi(argv[5]),
+					   strcmp(argv[4], "shut-race-held") == 0);
 		return 0;
 	}
 	sin = prog_address(addr, port);
