@@ -87,8 +87,8 @@ pass "shut-race: a connect that ends between the shim's look and its shutdown is
 # (held by the shim; TCP's write says EAGAIN then, so there is no TCP
 # transcript): in each style the bytes reach the server, or the connection
 # fails where the application sees it (ECONNRESET); never an end without them.
-# Starting on TCP only: in srq and rq mode the held bytes are still lost
-# (docs/design.md, "The socket surface": an open defect).
+# Starting on TCP only: in srq and rq mode a write while TCP connects says
+# EAGAIN, as TCP's, so nothing is held there.
 for how in tcp; do
 	port=$((port + 10))
 	if [ $how = tcp ]; then set -- SRQSHIM_START=tcp; else set -- SRQSHIM_MODE=$how; fi
