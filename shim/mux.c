@@ -47,8 +47,13 @@ static int poll_ours(struct poll_call *pc)
 	for (nfds_t i = 0; i < pc->n; i++) {
 		uint32_t ev;
 
-		if (pc->acc[i] && ss_sock_state(pc->acc[i]) != SS_SOCK_ACCEPTED) {
-			/* Decided: its fd may name our socketpair end now. */
+		/*
+		 * An accepted socket decided (its fd may name our socketpair end
+		 * now), or one of ours that left RDMA (its fd is the mirror's, then
+		 * TCP's; sequentially consistent: see ss_fallback): ends this round.
+		 */
+		if ((pc->acc[i] && ss_sock_state(pc->acc[i]) != SS_SOCK_ACCEPTED) ||
+		    (pc->socks[i] && atomic_load(&pc->socks[i]->state) != SS_SOCK_UPGRADED)) {
 			pc->fds[i].revents = 0;
 			pc->moved = true;
 			ready++;
@@ -56,14 +61,6 @@ static int poll_ours(struct poll_call *pc)
 		}
 		if (!pc->socks[i])
 			continue;
-		/* Sequentially consistent: see ss_fallback. */
-		if (atomic_load(&pc->socks[i]->state) != SS_SOCK_UPGRADED) {
-			/* Its fd is the mirror's (then TCP's) from now on: ends this round. */
-			pc->fds[i].revents = 0;
-			pc->moved = true;
-			ready++;
-			continue;
-		}
 		/* POLL* and EPOLL* bits are the same values. */
 		ev = ss_ready_events(pc->socks[i]);
 		pc->fds[i].revents =
