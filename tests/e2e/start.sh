@@ -59,6 +59,17 @@ hs_scenario "accept after the HELLO timeout" tcp:peer-plain tcp:peer-plain late-
 # same. start_case CASE SERVER_MODE SERVER_ENV CLIENT_ENV; SERVER_ENV "-":
 # a plain server (the client then resets its probe and connects again).
 SC=$(dirname "$0")/start_check.py
+# Each connection's line comes at its end (the server prints it, then
+# closes): waits until no connection to port $1 is open on the server's side,
+# accepted or queued (5 s at most; a line still missing then fails the
+# comparison).
+server_settle() {
+	for _ in $(seq 1 100); do
+		[ -z "$(ss -Htn state established state syn-recv state close-wait "sport = :$1")" ] &&
+			[ "$(ss -Hltn "sport = :$1" | awk '{print $2}')" = 0 ] && return 0
+		sleep 0.05
+	done
+}
 start_case() {
 	local c=$1 smode=$2 senv=$3 cenv=$4 how spid
 	for how in tcp shim; do
@@ -73,7 +84,7 @@ start_case() {
 		wait_listen $port
 		"${pre_c[@]}" timeout 60 python3 "$SC" $c "$ADDR" $port > "$WORK/sc.$how.cli" 2>&1 ||
 			{ cat "$WORK/sc.$how.cli"; fail "$c ($how): the client failed"; }
-		sleep 1 # each connection's line comes at its end
+		server_settle $port
 		kill $spid; wait $spid 2>/dev/null || true
 		grep -v "<probe>" "$WORK/sc.$how.srv" | sed 's/^conn [0-9]*: //' | sort > "$WORK/sc.$how.got"
 	done

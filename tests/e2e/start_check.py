@@ -89,8 +89,8 @@ def server(addr, port, mode):
             c.sendall(b"HI\n")
         if mode == "reset":
             time.sleep(1.0)
-            c.close()
             print("conn %d: closed unread" % k, flush=True)
+            c.close()
             return
         while True:
             try:
