@@ -97,7 +97,7 @@ static void client_connect_failed(struct ss_sock *s)
 	ss_become_plain(s, SS_REASON_NONE);
 }
 
-bool ss_client_reset_lost_hold(struct ss_sock *s)
+void ss_client_reset_lost_hold(struct ss_sock *s)
 {
 	struct sockaddr_storage peer;
 	socklen_t len = sizeof(peer);
@@ -105,10 +105,9 @@ bool ss_client_reset_lost_hold(struct ss_sock *s)
 
 	if (!s->shut_early || !s->hold_len ||
 	    ss_real.getpeername(s->tcp_fd, (struct sockaddr *)&peer, &len) != 0)
-		return false; /* nothing held, or the connect was aborted */
+		return; /* nothing held, or the connect was aborted */
 	/* Linux's disconnect: a reset to the peer, ECONNRESET pending here. */
 	ss_real.connect(s->tcp_fd, &unspec, sizeof(unspec));
-	return true;
 }
 
 void ss_client_reconnect(struct ss_sock *s, enum ss_reason why)

@@ -14,9 +14,11 @@
 #include <spawn.h>
 #include <string.h>
 #include <sys/ioctl.h>
+#include <sys/resource.h>
 #include <linux/sockios.h>
 #include <sys/syscall.h>
 
+#include "shim/closerange.h"
 #include "shim/epoll.h"
 #include "shim/io.h"
 #include "shim/mux.h"
@@ -764,12 +766,32 @@ EXPORT int close(int fd)
 	return ret;
 }
 
+/*
+ * The application's close_range and closefrom close what it owns and leave
+ * the shim's own fds (ownfd.h) and the transport's open: a daemon's
+ * closefrom(3) must not take the connections' private sockets or the
+ * device with it. The range is closed in pieces around them.
+ */
 EXPORT int close_range(unsigned first, unsigned last, int flags)
 {
+	struct ss_kept kept;
+
 	real_ready();
-	if (!(flags & CLOSE_RANGE_CLOEXEC) && !ss_in_vfork_child()) {
+	/* Our fds are close-on-exec already; a vfork child's table is its own. */
+	if ((flags & CLOSE_RANGE_CLOEXEC) || first > last || ss_in_vfork_child())
+		return ss_real.close_range(first, last, flags);
+	ss_kept_fill(&kept);
+	/* With UNSHARE only this thread's new table loses them: the names stay the process's. */
+	if (!(flags & CLOSE_RANGE_UNSHARE)) {
 		int top = ss_sock_table_size();
+		unsigned k = first;
+		bool has = ss_kept_next(&kept, first, last, &k);
+
 		for (unsigned fd = first; fd <= last && fd < (unsigned)top; fd++) {
+			if (has && fd == k) {
+				has = fd < last && ss_kept_next(&kept, fd + 1, last, &k);
+				continue;
+			}
 			struct ss_sock *s = ss_sock_remove_fd((int)fd, NULL);
 
 			if (s)
@@ -778,7 +800,26 @@ EXPORT int close_range(unsigned first, unsigned last, int flags)
 				ss_epoll_closed((int)fd);
 		}
 	}
-	return ss_real.close_range(first, last, flags);
+	return ss_kept_close_range(&kept, first, last, flags);
+}
+
+EXPORT void closefrom(int lowfd)
+{
+	unsigned from = lowfd < 0 ? 0 : (unsigned)lowfd;
+	struct ss_kept kept;
+	struct rlimit rl;
+	unsigned k;
+
+	if (close_range(from, ~0U, 0) == 0)
+		return;
+	/* A kernel without close_range: one close per number, up to the limit. */
+	ss_kept_fill(&kept);
+	if (getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY ||
+	    rl.rlim_cur > INT_MAX)
+		rl.rlim_cur = INT_MAX;
+	for (unsigned fd = from; fd < rl.rlim_cur; fd++)
+		if (!ss_kept_next(&kept, fd, fd, &k))
+			close((int)fd);
 }
 
 /* A client whose TCP connect still runs (lock held): CONNECTING, or ASKING before its HELLO. */

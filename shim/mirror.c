@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "shim/epoll.h"
+#include "shim/ownfd.h"
 #include "shim/real.h"
 #include "shim/shim.h"
 #include "transport/log.h"
@@ -45,7 +46,10 @@ int ss_private_fd(int fd)
 
 	if (nfd < 0)
 		nfd = ss_real.fcntl(fd, F_DUPFD_CLOEXEC, 3);
-	return nfd < 0 ? -errno : nfd;
+	if (nfd < 0)
+		return -errno;
+	ss_ownfd_add(nfd);
+	return nfd;
 }
 
 int ss_put_on_names(struct ss_sock *s, int newfd)

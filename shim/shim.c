@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include "shim/epoll.h"
+#include "shim/ownfd.h"
 #include "shim/real.h"
 #include "shim/ready.h"
 #include "shim/shim.h"
@@ -99,6 +100,7 @@ static void after_fork_child(void)
 	ss_ctlchan_after_fork();
 	ss_inherit_after_fork();
 	ss_spawn_after_fork();
+	ss_ownfd_after_fork();
 	ss_sock_for_each(forget_connection);
 	ss_sock_for_each(forget_stats);
 	if (ss_tp)

@@ -459,9 +459,9 @@ void ss_client_record(struct ss_sock *s, enum ss_dest_state st);
  * bytes held meanwhile: they cannot go behind the shutdown, so the
  * connection is reset (Linux's disconnect: ECONNRESET for the application,
  * a reset for the peer), as when the shutdown aborts the connect; never
- * ended without them. Lock held; true if it reset.
+ * ended without them. Lock held.
  */
-bool ss_client_reset_lost_hold(struct ss_sock *s);
+void ss_client_reset_lost_hold(struct ss_sock *s);
 
 /* In a forked child: the cache's lock is made anew. */
 void ss_cache_after_fork(void);

@@ -167,6 +167,18 @@ static void settle_eof(int fd)
 	poll(&p, 1, LONG_MS);
 }
 
+/*
+ * Waits, unrecorded, until fd is readable: the bytes a peer just wrote may
+ * still be on their way over RDMA when a wait that finds another fd ready
+ * returns (over TCP on loopback they are there when write returns).
+ */
+static void settle_in(int fd)
+{
+	struct pollfd p = {.fd = fd, .events = POLLIN};
+
+	poll(&p, 1, LONG_MS);
+}
+
 /* ---- printing what a wait returned ---- */
 
 static const char *fd_names[1024];
@@ -509,6 +521,7 @@ static void sc_rotation(void)
 	}
 	for (int i = 0; i < 3; i++) {
 		put(c[i], 10);
+		settle_in(s[i]);
 		ewait(ep, 8, LONG_MS);
 	}
 	for (int i = 0; i < 7; i++)

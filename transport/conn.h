@@ -140,6 +140,14 @@ int ss_worker_arm(struct ss_worker *w);
  */
 int ss_worker_event_fds(struct ss_worker *w, int *fds, int max, unsigned *gen_p);
 
+/*
+ * Every fd the worker keeps (its epoll set and wake-up eventfd; each
+ * opened device's command and async fds and completion channel), at most
+ * max; returns their count. For the shim's close_range, which must leave
+ * them open.
+ */
+int ss_worker_own_fds(struct ss_worker *w, int *fds, int max);
+
 /* A completion channel showed readable: takes its events (non-blocking) and what completed. */
 void ss_worker_take_events(struct ss_worker *w);
 
@@ -400,6 +408,7 @@ struct ss_transport_ops {
 	int (*worker_poll)(struct ss_worker *w);
 	int (*worker_arm)(struct ss_worker *w);
 	int (*worker_event_fds)(struct ss_worker *w, int *fds, int max, unsigned *gen_p);
+	int (*worker_own_fds)(struct ss_worker *w, int *fds, int max);
 	void (*worker_take_events)(struct ss_worker *w);
 	void (*worker_pollers)(struct ss_worker *w, int delta);
 	void (*worker_event_users)(struct ss_worker *w, int delta);
@@ -427,7 +436,7 @@ struct ss_transport_ops {
 
 extern const struct ss_transport_ops ss_transport_ops;
 
-#define SS_TRANSPORT_OPS_VERSION 15
+#define SS_TRANSPORT_OPS_VERSION 16
 #define SS_TRANSPORT_OPS_SYMBOL  "ss_transport_ops"
 
 #endif

@@ -31,6 +31,7 @@ __attribute__((visibility("default"))) const struct ss_transport_ops ss_transpor
 	.worker_poll = ss_worker_poll,
 	.worker_arm = ss_worker_arm,
 	.worker_event_fds = ss_worker_event_fds,
+	.worker_own_fds = ss_worker_own_fds,
 	.worker_take_events = ss_worker_take_events,
 	.worker_pollers = ss_worker_pollers,
 	.worker_event_users = ss_worker_event_users,

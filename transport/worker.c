@@ -431,6 +431,23 @@ int ss_worker_event_fds(struct ss_worker *w, int *fds, int max, unsigned *gen_p)
 	return n;
 }
 
+int ss_worker_own_fds(struct ss_worker *w, int *fds, int max)
+{
+	int n = 0;
+
+	if (max >= 2) {
+		fds[n++] = w->epfd;
+		fds[n++] = w->evfd;
+	}
+	/* The list only grows, at its head: walked without the lock. */
+	for (struct ss_devctx *dc = worker_first_dev(w); dc && n + 3 <= max; dc = dc->next) {
+		fds[n++] = dc->ch->fd;
+		fds[n++] = dc->dev->ctx->cmd_fd;
+		fds[n++] = dc->dev->ctx->async_fd;
+	}
+	return n;
+}
+
 void ss_worker_take_events(struct ss_worker *w)
 {
 	for (struct ss_devctx *dc = worker_first_dev(w); dc; dc = dc->next)

@@ -112,3 +112,72 @@ for how in tcp srq rq; do
 	done
 	pass "$how: close at once, SO_LINGER with a time and with zero, _exit and exec after close, as over kernel TCP"
 done
+
+# The application's closefrom() and close_range() (a daemon's "close every
+# fd I did not open") leave the shim's own fds and the device's open: each
+# end puts a pipe on fd 200, then the server calls closefrom(its connection
+# + 1) and the client close_range(its connection + 1, ~0U, 0). The pipe is
+# closed, and the connection goes on: 1 MiB echoed, checked by SHA-256.
+# Over kernel TCP, then under the shim in each mode (still over RDMA), the
+# same lines.
+crange() { # ROLE ADDR PORT: prints what it saw
+	python3 -c '
+import ctypes, hashlib, os, socket, sys, threading
+libc = ctypes.CDLL(None, use_errno=True)
+libc.close_range.argtypes = [ctypes.c_uint, ctypes.c_uint, ctypes.c_int]
+role, addr, port = sys.argv[1], sys.argv[2], int(sys.argv[3])
+if role == "server":
+    l = socket.socket(); l.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    l.bind((addr, port)); l.listen(1)
+    c, _ = l.accept()
+else:
+    c = socket.create_connection((addr, port))
+r, w = os.pipe(); os.dup2(r, 200)
+if role == "server":
+    libc.closefrom(c.fileno() + 1); how = "closefrom"
+else:
+    how = "close_range %d" % libc.close_range(c.fileno() + 1, 0xffffffff, 0)
+try:
+    os.fstat(200); high = "open"
+except OSError:
+    high = "closed"
+n = 0
+if role == "server":
+    while True:
+        d = c.recv(65536)
+        if not d: break
+        c.sendall(d); n += len(d)
+    print("server: %s, fd 200 %s, echoed %d bytes" % (how, high, n), flush=True)
+else:
+    data = os.urandom(1 << 20); back = bytearray()
+    def send():
+        c.sendall(data); c.shutdown(socket.SHUT_WR)
+    t = threading.Thread(target=send); t.start()
+    while True:
+        d = c.recv(65536)
+        if not d: break
+        back += d
+    t.join()
+    print("client: %s, fd 200 %s, %d bytes back, as sent: %s" % (how, high, len(back),
+          hashlib.sha256(back).digest() == hashlib.sha256(data).digest()), flush=True)
+' "$@"
+}
+for how in tcp srq rq; do
+	port=$((port + 1))
+	pre=(env)
+	[ "$how" != tcp ] && pre=(env LD_PRELOAD="$PRELOAD" SRQSHIM_MODE="$how")
+	"${pre[@]}" timeout 60 bash -c "$(declare -f crange); crange server $ADDR $port" > "$WORK/cr.$how" 2>&1 &
+	sp=$!
+	wait_listen $port
+	before=$(rdma_pkts)
+	"${pre[@]}" timeout 60 bash -c "$(declare -f crange); crange client $ADDR $port" >> "$WORK/cr.$how.c" 2>&1 ||
+		{ cat "$WORK/cr.$how.c" "$WORK/cr.$how"; fail "closefrom/close_range ($how): the client failed"; }
+	wait $sp || { cat "$WORK/cr.$how"; fail "closefrom/close_range ($how): the server failed"; }
+	pkts=$(( $(rdma_pkts) - before ))
+	cat "$WORK/cr.$how.c" >> "$WORK/cr.$how"
+	if [ $how != tcp ]; then
+		diff -u "$WORK/cr.tcp" "$WORK/cr.$how" || fail "closefrom/close_range ($how): other than over TCP (- TCP, + shim)"
+		[ $pkts -ge 1024 ] || fail "closefrom/close_range ($how): only $pkts RDMA packets for 1 MiB each way"
+	fi
+	pass "closefrom/close_range ($how): $(tr '\n' ' ' < "$WORK/cr.$how")($pkts RDMA packets)"
+done
