@@ -6,6 +6,9 @@
  */
 #include <errno.h>
 #include <linux/close_range.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
 
 #include "shim/closerange.h"
 #include "shim/ownfd.h"
@@ -15,8 +18,45 @@
 void ss_kept_fill(struct ss_kept *k)
 {
 	struct ss_worker *w = atomic_load_explicit(&ss_w, memory_order_acquire);
+	int n = w ? ss_tp->worker_own_fds(w, k->small, SS_KEPT_TP_SMALL) : 0;
 
-	k->n_tp = w ? ss_tp->worker_own_fds(w, k->tp, SS_KEPT_TP_MAX) : 0;
+	k->tp = k->small;
+	k->n_tp = n < SS_KEPT_TP_SMALL ? n : SS_KEPT_TP_SMALL;
+	if (n > SS_KEPT_TP_SMALL) {
+		/* More devices than the small list holds (room for some opened meanwhile). */
+		int cap = 2 * n, *big = malloc((size_t)cap * sizeof(*big));
+		int m = big ? ss_tp->worker_own_fds(w, big, cap) : 0;
+
+		if (big && m <= cap) {
+			k->tp = big;
+			k->n_tp = m;
+		} else {
+			free(big);
+		}
+	}
+}
+
+void ss_kept_free(struct ss_kept *k)
+{
+	if (k->tp != k->small)
+		free(k->tp);
+	k->tp = k->small;
+	k->n_tp = 0;
+}
+
+bool ss_kept_one_thread(void)
+{
+	char line[128];
+	int threads = 0;
+	FILE *f = fopen("/proc/self/status", "re");
+
+	if (!f)
+		return false;
+	while (fgets(line, sizeof(line), f))
+		if (sscanf(line, "Threads: %d", &threads) == 1)
+			break;
+	fclose(f);
+	return threads == 1;
 }
 
 bool ss_kept_next(const struct ss_kept *k, unsigned from, unsigned last, unsigned *fd_p)
@@ -40,20 +80,21 @@ bool ss_kept_next(const struct ss_kept *k, unsigned from, unsigned last, unsigne
 int ss_kept_close_range(const struct ss_kept *k, unsigned first, unsigned last, int flags)
 {
 	unsigned from = first, kept;
-	int ret = 0, err = 0;
 
 	for (;;) {
 		bool has = ss_kept_next(k, from, last, &kept);
 
 		if (!has || kept > from) {
-			if (ss_real.close_range(from, has ? kept - 1 : last, flags) != 0 && !err)
-				err = errno, ret = -1;
+			if (ss_real.close_range(from, has ? kept - 1 : last, flags) != 0)
+				return -1;
 			flags &= ~(int)CLOSE_RANGE_UNSHARE; /* the table is this thread's now */
 		}
 		if (!has || kept == last)
 			break;
 		from = kept + 1;
 	}
-	errno = err ? err : errno;
-	return ret;
+	/* Every fd of the range kept: the table is still to be made this thread's. */
+	if ((flags & CLOSE_RANGE_UNSHARE) && unshare(CLONE_FILES) != 0)
+		return -1;
+	return 0;
 }

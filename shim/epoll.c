@@ -191,10 +191,10 @@ static void ep_free(struct ss_ep *e)
 		epreg_put(r); /* the instance list's */
 	}
 	if (e->wake_fd >= 0)
-		ss_real.close(e->wake_fd);
+		ss_private_close(e->wake_fd);
 	e->wake_fd = -1;
 	/* After dead was set under the lock: nobody calls the kernel on kfd any more. */
-	ss_real.close(e->kfd);
+	ss_private_close(e->kfd);
 	ep_mem_put(e); /* the instance's: registrations still on sockets keep the memory */
 }
 
@@ -225,7 +225,7 @@ void ss_epoll_created(int epfd)
 		ss_log_warn("epoll %d: no memory or fd for the shim's own: answered by the kernel",
 			    epfd);
 		if (kfd >= 0)
-			ss_real.close(kfd);
+			ss_private_close(kfd);
 		e = NULL;
 	} else {
 		pthread_mutex_init(&e->lock, NULL);
@@ -847,7 +847,7 @@ static void ep_add_internal(struct ss_ep *e)
 			e->wake_fd = fd;
 			e->wake_added = true;
 		} else if (fd >= 0) {
-			ss_real.close(fd);
+			ss_private_close(fd);
 		}
 	}
 	if (!w)

@@ -775,14 +775,23 @@ EXPORT int close(int fd)
 EXPORT int close_range(unsigned first, unsigned last, int flags)
 {
 	struct ss_kept kept;
+	int ret, err;
 
 	real_ready();
-	/* Our fds are close-on-exec already; a vfork child's table is its own. */
-	if ((flags & CLOSE_RANGE_CLOEXEC) || first > last || ss_in_vfork_child())
+	/*
+	 * Our fds are close-on-exec already; a vfork child's table is its own;
+	 * flags the kernel does not know are its EINVAL before anything.
+	 */
+	if ((flags & CLOSE_RANGE_CLOEXEC) || (flags & ~(int)CLOSE_RANGE_UNSHARE) || first > last ||
+	    ss_in_vfork_child())
 		return ss_real.close_range(first, last, flags);
 	ss_kept_fill(&kept);
-	/* With UNSHARE only this thread's new table loses them: the names stay the process's. */
-	if (!(flags & CLOSE_RANGE_UNSHARE)) {
+	/*
+	 * With UNSHARE only this thread's new table loses them: the names stay
+	 * the process's. Unless it has one thread: then nothing is shared, and
+	 * the kernel closes the only table.
+	 */
+	if (!(flags & CLOSE_RANGE_UNSHARE) || ss_kept_one_thread()) {
 		int top = ss_sock_table_size();
 		unsigned k = first;
 		bool has = ss_kept_next(&kept, first, last, &k);
@@ -800,7 +809,11 @@ EXPORT int close_range(unsigned first, unsigned last, int flags)
 				ss_epoll_closed((int)fd);
 		}
 	}
-	return ss_kept_close_range(&kept, first, last, flags);
+	ret = ss_kept_close_range(&kept, first, last, flags);
+	err = errno;
+	ss_kept_free(&kept);
+	errno = err;
+	return ret;
 }
 
 EXPORT void closefrom(int lowfd)
@@ -820,6 +833,7 @@ EXPORT void closefrom(int lowfd)
 	for (unsigned fd = from; fd < rl.rlim_cur; fd++)
 		if (!ss_kept_next(&kept, fd, fd, &k))
 			close((int)fd);
+	ss_kept_free(&kept);
 }
 
 /* A client whose TCP connect still runs (lock held): CONNECTING, or ASKING before its HELLO. */

@@ -52,6 +52,12 @@ int ss_private_fd(int fd)
 	return nfd;
 }
 
+void ss_private_close(int fd)
+{
+	ss_ownfd_forget(fd);
+	ss_real.close(fd);
+}
+
 int ss_put_on_names(struct ss_sock *s, int newfd)
 {
 	int ret = 0;

@@ -5,12 +5,15 @@
  * open file (device and inode), so that the application's close_range()
  * and closefrom() can leave them open (intercept.c).
  *
- * Nobody forgets an entry: a number the shim closed stays listed until it
- * is used again, and an entry counts only while the fd of that number
- * still names the same file (fstat at the look). Memory stays bounded by
+ * An entry counts only while the fd of that number still names the same
+ * file (fstat at the look): a number the shim closed and the application
+ * got back is the application's. Every epoll, eventfd, timerfd or
+ * signalfd shares one anonymous inode, so the identity cannot tell those
+ * apart: the shim forgets its own of that kind as it closes them
+ * (ss_private_close); a socket's inode is its own. Memory stays bounded by
  * the highest number used. Storage: chunks of OWNFD_CHUNK entries, made on
- * first need, under one lock (a leaf: nothing but fstat is called with it
- * held).
+ * first need, under one lock (a leaf: fstat, realloc and calloc are
+ * called under it).
  */
 #include <pthread.h>
 #include <stdlib.h>
@@ -51,6 +54,18 @@ void ss_ownfd_add(int fd)
 		goto out;
 	ownfd_chunks[c][fd % OWNFD_CHUNK] = (struct ownfd_ent){.dev = st.st_dev, .ino = st.st_ino};
 out:
+	pthread_mutex_unlock(&ownfd_lock);
+}
+
+void ss_ownfd_forget(int fd)
+{
+	size_t c = (size_t)fd / OWNFD_CHUNK;
+
+	if (fd < 0)
+		return;
+	pthread_mutex_lock(&ownfd_lock);
+	if (c < ownfd_n_chunks && ownfd_chunks[c])
+		ownfd_chunks[c][fd % OWNFD_CHUNK].ino = 0;
 	pthread_mutex_unlock(&ownfd_lock);
 }
 

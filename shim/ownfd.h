@@ -7,6 +7,9 @@
 /* Remembers fd (and the identity of its open file) as the shim's. */
 void ss_ownfd_add(int fd);
 
+/* Forgets fd (the shim is closing it). */
+void ss_ownfd_forget(int fd);
+
 /*
  * The lowest fd in [from, last] that is the shim's (remembered, and still
  * naming the same file): true with *fd_p, or false.

@@ -155,7 +155,7 @@ static void ready_thread_gone(void *arg)
 	ready_unlist(me);
 	pthread_mutex_unlock(&ready_list_lock);
 	ready_me = NULL;
-	ss_real.close(me->fd);
+	ss_private_close(me->fd);
 	free(me);
 }
 
@@ -181,7 +181,7 @@ int ss_ready_poll_wake_fd(void)
 	}
 	ready_me = calloc(1, sizeof(*ready_me));
 	if (!ready_me) {
-		ss_real.close(fd);
+		ss_private_close(fd);
 		return -1;
 	}
 	ready_me->fd = fd;
@@ -262,7 +262,7 @@ void ss_ready_after_fork(void)
 	if (me) {
 		ready_me = NULL;
 		pthread_setspecific(ready_key, NULL);
-		ss_real.close(me->fd);
+		ss_private_close(me->fd);
 		free(me);
 	}
 }

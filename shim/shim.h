@@ -69,6 +69,10 @@ uint64_t ss_nudge_at(void);
 /* Moves fd to a close-on-exec number above the application's. Returns it or -errno. */
 int ss_private_fd(int fd);
 
+/* Closes one of the shim's fds, forgotten first (shim/ownfd.h): needed for an
+ * epoll or eventfd, whose identity any other shares. */
+void ss_private_close(int fd);
+
 /*
  * Puts the object of newfd on every name of s (keeping each name's flags,
  * re-making its epoll registrations) and closes newfd. Returns 0 or -errno.

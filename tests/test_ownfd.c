@@ -1,16 +1,16 @@
 /*
  * The registry of the shim's own fds (shim/ownfd.c), with real fds: a
- * table of scripts (remember fds at chosen numbers, close them, put another
- * file or the same file again on a number, then ask for the next kept fd
- * in a range), each on the same numbers: what a script before left
- * remembered must not count (its files are closed, its numbers hold other
- * files now).
+ * table of scripts (remember fds at chosen numbers, close them, forget them
+ * as the shim does, put another file or the same file again on a number, then ask for the next kept
+ * fd in a range), each on the same numbers: what a script before left remembered must not count
+ * (its files are closed, its numbers hold other files now).
  */
 #include <fcntl.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/eventfd.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -18,11 +18,11 @@
 
 #include "shim/ownfd.h"
 
-enum op { END, ADD, OPEN, CLOSE, NEXT };
+enum op { END, ADD, OPEN, OPEN_ANON, CLOSE, FORGET, NEXT };
 
 struct step {
 	enum op op;
-	int a, b; /* ADD, OPEN, CLOSE: number a; NEXT: range [a, b] */
+	int a, b; /* ADD, OPEN(_ANON), CLOSE, FORGET: number a; NEXT: range [a, b] */
 	int want; /* NEXT: the fd found, -1 for none */
 };
 
@@ -48,6 +48,8 @@ static const struct script scripts[] = {
 	 {{OPEN, 9}, {ADD, 9}, {CLOSE, 9}, {OPEN, 9}, {NEXT, 0, 2000, -1}}},
 	{"a number remembered again counts with its new file",
 	 {{OPEN, 9}, {ADD, 9}, {CLOSE, 9}, {OPEN, 9}, {ADD, 9}, {NEXT, 0, 2000, 9}}},
+	{"an eventfd the shim closed and forgot: another eventfd on its number is the application's",
+	 {{OPEN_ANON, 9}, {ADD, 9}, {FORGET, 9}, {OPEN_ANON, 9}, {NEXT, 0, 2000, -1}}},
 	{"an unopened number is never remembered",
 	 {{ADD, 11}, {NEXT, 0, 2000, -1}}},
 };
@@ -75,6 +77,21 @@ static void run_script(void **state)
 			opened[st->a] = 1;
 			break;
 		}
+		case OPEN_ANON: {
+			/* Every eventfd shares one anonymous inode with every epoll fd. */
+			int e = eventfd(0, 0);
+
+			assert_true(e >= 0);
+			assert_int_equal(dup2(e, base + st->a), base + st->a);
+			close(e);
+			opened[st->a] = 1;
+			break;
+		}
+		case FORGET:
+			ss_ownfd_forget(base + st->a);
+			close(base + st->a);
+			opened[st->a] = 0;
+			break;
 		case ADD: ss_ownfd_add(base + st->a); break;
 		case CLOSE:
 			close(base + st->a);

@@ -143,8 +143,8 @@ int ss_worker_event_fds(struct ss_worker *w, int *fds, int max, unsigned *gen_p)
 /*
  * Every fd the worker keeps (its epoll set and wake-up eventfd; each
  * opened device's command and async fds and completion channel), at most
- * max; returns their count. For the shim's close_range, which must leave
- * them open.
+ * max; returns how many there are (more than max: ask again with room).
+ * For the shim's close_range, which must leave them open.
  */
 int ss_worker_own_fds(struct ss_worker *w, int *fds, int max);
 

@@ -435,16 +435,21 @@ int ss_worker_own_fds(struct ss_worker *w, int *fds, int max)
 {
 	int n = 0;
 
-	if (max >= 2) {
-		fds[n++] = w->epfd;
-		fds[n++] = w->evfd;
-	}
+#define OWN_FD(fd)                                                                                 \
+	do {                                                                                       \
+		if (n < max)                                                                       \
+			fds[n] = (fd);                                                             \
+		n++;                                                                               \
+	} while (0)
+	OWN_FD(w->epfd);
+	OWN_FD(w->evfd);
 	/* The list only grows, at its head: walked without the lock. */
-	for (struct ss_devctx *dc = worker_first_dev(w); dc && n + 3 <= max; dc = dc->next) {
-		fds[n++] = dc->ch->fd;
-		fds[n++] = dc->dev->ctx->cmd_fd;
-		fds[n++] = dc->dev->ctx->async_fd;
+	for (struct ss_devctx *dc = worker_first_dev(w); dc; dc = dc->next) {
+		OWN_FD(dc->ch->fd);
+		OWN_FD(dc->dev->ctx->cmd_fd);
+		OWN_FD(dc->dev->ctx->async_fd);
 	}
+#undef OWN_FD
 	return n;
 }
 

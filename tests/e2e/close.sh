@@ -170,7 +170,7 @@ for how in tcp srq rq; do
 	sp=$!
 	wait_listen $port
 	before=$(rdma_pkts)
-	"${pre[@]}" timeout 60 bash -c "$(declare -f crange); crange client $ADDR $port" >> "$WORK/cr.$how.c" 2>&1 ||
+	"${pre[@]}" timeout 60 bash -c "$(declare -f crange); crange client $ADDR $port" > "$WORK/cr.$how.c" 2>&1 ||
 		{ cat "$WORK/cr.$how.c" "$WORK/cr.$how"; fail "closefrom/close_range ($how): the client failed"; }
 	wait $sp || { cat "$WORK/cr.$how"; fail "closefrom/close_range ($how): the server failed"; }
 	pkts=$(( $(rdma_pkts) - before ))
