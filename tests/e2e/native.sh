@@ -35,3 +35,38 @@ mkdir "$WORK/alone"
 cp "$SHIM" "$WORK/alone/"
 SRQSHIM_DEVICE=rxe0 run_case "libibverbs cannot be loaded" "${SAN_RT:+$SAN_RT:}$WORK/alone/libsrqshim.so" \
 	no-rdma-core 6502
+
+# closefrom() and close_range() (plain and with CLOSE_RANGE_UNSHARE) above
+# an epoll instance leave the shim's own duplicate of it open: the wait
+# still answers, as over the kernel alone (docs/design.md, "Process model").
+epoll_closefrom() {
+	python3 -c '
+import ctypes, os, select
+libc = ctypes.CDLL(None, use_errno=True)
+libc.close_range.argtypes = [ctypes.c_uint, ctypes.c_uint, ctypes.c_int]
+for how in ("closefrom", "close_range", "close_range UNSHARE"):
+    r, w = os.pipe()
+    ep = select.epoll()
+    ep.register(r, select.EPOLLIN)
+    spare = os.open("/dev/null", os.O_RDONLY)
+    if how == "closefrom":
+        libc.closefrom(spare)
+    else:
+        print(how, "returned", libc.close_range(spare, 0xffffffff, 2 if "UNSHARE" in how else 0))
+    try:
+        os.fstat(spare); above = "open"
+    except OSError:
+        above = "closed"
+    os.write(w, b"x")
+    try:
+        got = [(f == r, e) for f, e in ep.poll(1)]
+    except OSError as e:
+        got = e.strerror
+    print("%s: the fd above %s, epoll: %s" % (how, above, got), flush=True)
+    ep.close(); os.close(r); os.close(w)
+'
+}
+epoll_closefrom > "$WORK/cf.tcp" 2>&1
+env LD_PRELOAD="$PRELOAD" bash -c "$(declare -f epoll_closefrom); epoll_closefrom" > "$WORK/cf.shim" 2>&1
+diff -u "$WORK/cf.tcp" "$WORK/cf.shim" || fail "closefrom/close_range over an epoll instance: other than without the shim (- kernel, + shim)"
+pass "closefrom/close_range over an epoll instance: as without the shim: $(tr '\n' ' ' < "$WORK/cf.shim")"
