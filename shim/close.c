@@ -61,6 +61,7 @@ static bool close_delivered_now(struct ss_sock *s)
 	case SS_SOCK_PROBING:
 	case SS_SOCK_RECONNECTING:
 	case SS_SOCK_ASKING:
+	case SS_SOCK_LATE:
 	case SS_SOCK_FALLBACK: return false;
 	default: return true;
 	}
@@ -121,6 +122,12 @@ void ss_sock_finish(struct ss_sock *s, bool may_block)
 	int linger = -1;
 
 	pthread_mutex_lock(&s->lock);
+	if (ss_sock_state(s) == SS_SOCK_LATE && ss_move_close(s)) {
+		/* A move under way: it ends in the background, then what it held is delivered. */
+		pthread_mutex_unlock(&s->lock);
+		close_in_background(s, NULL, end);
+		return;
+	}
 	if (ss_sock_state(s) == SS_SOCK_ASKING) {
 		/*
 		 * Starting on TCP: close returns at once, as TCP's; the answer and

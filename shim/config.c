@@ -111,8 +111,8 @@ const struct ss_option ss_options[] = {
 		    "per connection) or tcp (never upgrade)"),
 	ENUM_OPTION("START", start, "rdma", starts,
 		    "client: where a connection starts: rdma (upgraded at connect when the server "
-		    "agrees) or tcp (the server answers LATER and the connection stays on TCP; "
-		    "moving it later is not built yet)"),
+		    "agrees) or tcp (the server answers LATER, and the connection moves to RDMA "
+		    "once SRQSHIM_MOVE_AFTER_* say it is worth it)"),
 	ENUM_OPTION(
 		"LOG_LEVEL", log_level, "error", log_levels,
 		"messages written to stderr (never when stderr is a socket): none, error, warn, "
@@ -169,6 +169,16 @@ const struct ss_option ss_options[] = {
 	INT_OPTION("BUF_SIZE", buf_size, "8192", 256, 1048576,
 		   "bytes per receive buffer, and so the largest single RDMA SEND"),
 	INT_OPTION("MAX_INLINE", max_inline, "64", 0, 256, "SENDs up to this size go inline"),
+	INT_OPTION("MOVE_AFTER_MS", move_after_ms, "50", -1, 86400000,
+		   "a connection that started on TCP moves to RDMA once it is this old and has "
+		   "carried SRQSHIM_MOVE_AFTER_BYTES or made SRQSHIM_MOVE_AFTER_CALLS reads and "
+		   "writes; -1: it never moves (either side may start the move)"),
+	INT_OPTION("MOVE_AFTER_BYTES", move_after_bytes, "65536", 0, 2147483647,
+		   "bytes both ways after which a connection that started on TCP moves (with "
+		   "SRQSHIM_MOVE_AFTER_MS)"),
+	INT_OPTION("MOVE_AFTER_CALLS", move_after_calls, "16", 0, 2147483647,
+		   "reads and writes that moved bytes, after which a connection that started on "
+		   "TCP moves (with SRQSHIM_MOVE_AFTER_MS)"),
 	INT_OPTION("HELLO_TIMEOUT_MS", hello_timeout_ms, "2000", 10, 600000,
 		   "client: how long to wait for any answer to a HELLO before taking the server "
 		   "for plain TCP"),

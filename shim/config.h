@@ -39,6 +39,9 @@ struct ss_config {
 	int linger_ms;
 	int cache_ttl_s;
 	int poll_us;
+	int move_after_ms; /* -1: a connection that starts on TCP never moves */
+	int move_after_bytes;
+	int move_after_calls;
 	char peers[256];       /* SRQSHIM_PEERS, checked by ss_policy_parse() */
 	char test_delays[128]; /* SRQSHIM_TEST_DELAYS, checked by ss_test_delays_parse() */
 };

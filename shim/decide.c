@@ -203,7 +203,10 @@ static unsigned decide_bg_run(struct ss_sock *s)
 	case SS_SOCK_RECONNECTING:
 	case SS_SOCK_PROBING:
 	case SS_SOCK_ASKING: ss_client_step(s); break;
-	case SS_SOCK_ACCEPTED: return ss_server_step(s) ? EPOLLIN : 0;
+	case SS_SOCK_ACCEPTED:
+		if (ss_server_step(s))
+			return EPOLLIN;
+		break; /* LATE now, or decided */
 	case SS_SOCK_UPGRADED: {
 		/* Asked by the operator, or the peer's stream switched on the QP. */
 		bool asked = atomic_exchange(&s->down_wanted, false);
@@ -224,6 +227,7 @@ static unsigned decide_bg_run(struct ss_sock *s)
 		return ss_upgraded_tcp_event(s) ? EPOLLIN | EPOLLRDHUP : 0;
 	}
 	case SS_SOCK_FALLBACK: ss_fallback_flush(s); break;
+	case SS_SOCK_LATE: ss_move_step(s); break;
 	default: return 0;
 	}
 	switch (ss_sock_state(s)) {
@@ -233,6 +237,7 @@ static unsigned decide_bg_run(struct ss_sock *s)
 	case SS_SOCK_ASKING: return (unsigned)ss_asking_events(s);
 	case SS_SOCK_UPGRADED: return EPOLLIN | EPOLLRDHUP;
 	case SS_SOCK_FALLBACK: return ss_down_events(s);
+	case SS_SOCK_LATE: return ss_move_events(s);
 	default: return 0;
 	}
 }

@@ -63,6 +63,8 @@ int ss_down_fd(int fd)
 
 	if (s && (ss_sock_state(s) == SS_SOCK_UPGRADED || ss_sock_state(s) == SS_SOCK_FALLBACK))
 		r = ss_down_now(s);
+	else if (s && ss_sock_state(s) == SS_SOCK_LATE)
+		r = ss_move_pin(s); /* it stays on TCP for good */
 	ss_sock_put(s);
 	return r;
 }
@@ -112,7 +114,7 @@ static bool handover_inherited(struct ss_sock *s)
 {
 	int st = ss_sock_state(s);
 
-	return (st == SS_SOCK_UPGRADED || st == SS_SOCK_FALLBACK) &&
+	return (st == SS_SOCK_UPGRADED || st == SS_SOCK_FALLBACK || st == SS_SOCK_LATE) &&
 	       (handover_all || ss_image_inherits(s));
 }
 
@@ -130,7 +132,10 @@ static void handover_exec_start(struct ss_sock *s)
 /* Second pass: each is waited for; they went on meanwhile, so the waits overlap. */
 static void handover_exec_wait(struct ss_sock *s)
 {
-	if (handover_inherited(s) && ss_down_now(s) != 0)
+	if (!handover_inherited(s))
+		return;
+	/* On TCP still: pinned there, so that no mark can reach the new image. */
+	if (ss_sock_state(s) == SS_SOCK_LATE ? ss_move_pin(s) != 0 : ss_down_now(s) != 0)
 		ss_log_warn("fd %d: could not move back to TCP: the %s gets a connection it cannot "
 			    "use",
 			    s->fds[0], handover_all ? "io_uring ring" : "new program");

@@ -895,6 +895,11 @@ EXPORT int shutdown(int fd, int how)
 	    (how == SHUT_RD || how == SHUT_WR || how == SHUT_RDWR))
 		ss_io_decide_for_write(s, fd);
 	ret = 0;
+	/* On TCP and free to move: never from here on (a move under way ends first). */
+	if (ss_sock_state(s) == SS_SOCK_LATE &&
+	    (how == SHUT_RD || how == SHUT_WR || how == SHUT_RDWR) &&
+	    ss_move_shutdown(s, how, &ret))
+		goto out;
 	if (ss_sock_state(s) == SS_SOCK_PLAIN) {
 		/*
 		 * Plain for good: no lock needed (a read waiting for the first

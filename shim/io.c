@@ -329,6 +329,77 @@ static int io_wait_asking(struct ss_sock *s, int fd, bool out, struct io_sig *si
 }
 
 /*
+ * A LATE socket (moving.c), whose fd is its own TCP socket until a move
+ * puts our socketpair there: the kernel's poll for what the reader (out:
+ * writer) and the move wait for, in slices (the move may end by another
+ * thread's hand, and a move's end changes the object under fd), within
+ * SO_RCVTIMEO (out: SO_SNDTIMEO). Returns 0 (look again), -EAGAIN or
+ * -EINTR.
+ */
+static int io_wait_late(struct ss_sock *s, int fd, bool out)
+{
+	struct io_sig sig = io_sig_now();
+	int timeo = io_timeout_ms(s, out), slice = 1;
+	uint64_t end = timeo < 0 ? UINT64_MAX : ss_now_us() + (uint64_t)timeo * 1000;
+
+	for (;;) {
+		struct pollfd p = {.fd = fd, .events = ss_move_wait_events(s, out)};
+		int wait, r;
+
+		if (ss_sock_state(s) != SS_SOCK_LATE)
+			return 0;
+		if ((wait = io_slice_ms(end, slice)) == 0)
+			return -EAGAIN;
+		r = ss_real.poll(&p, 1, wait);
+		if (r > 0)
+			return 0;
+		if (r < 0 && errno != EINTR)
+			return -errno;
+		if (r < 0 && ss_sig_any() != sig.any && io_sig_ends_wait(&sig, timeo))
+			return -EINTR;
+		slice = slice < IO_FIRST_SLICE_MAX_MS ? 2 * slice : IO_FIRST_SLICE_MAX_MS;
+	}
+}
+
+/*
+ * A read of a LATE socket: peeked and taken (moving.c), waiting as TCP's
+ * read would, all of it with MSG_WAITALL. Returns the count, -SS_REDO when
+ * the socket moved on, or -errno.
+ */
+static ssize_t io_late_recv(struct ss_sock *s, int fd, const struct iovec *iov, int n, int flags)
+{
+	struct io_vec local;
+	size_t want = ss_iov_total(iov, n), got = 0;
+	ssize_t r;
+
+	/* Urgent data is the application's: the connection stays on TCP for good first. */
+	if (flags & MSG_OOB) {
+		ss_move_pin(s);
+		return ss_sock_state(s) == SS_SOCK_LATE ? -EINVAL : -SS_REDO;
+	}
+	if ((r = io_vec_copy(&local, iov, n)))
+		return r;
+	for (;;) {
+		r = ss_move_recv(s, local.v, local.n, flags);
+		if (r > 0) {
+			got += (size_t)r;
+			io_iov_advance(local.v, local.n, (size_t)r);
+			if ((flags & (MSG_WAITALL | MSG_PEEK)) == MSG_WAITALL && got < want &&
+			    io_would_wait(s, fd, flags))
+				continue;
+			break;
+		}
+		if (r == -EAGAIN && io_would_wait(s, fd, flags) &&
+		    (r = io_wait_late(s, fd, false)) == 0)
+			continue;
+		break;
+	}
+	io_vec_free(&local);
+	/* What came before a move's end, an error or a signal is the call's answer. */
+	return got ? (ssize_t)got : r;
+}
+
+/*
  * Sleeps until the application's fd (our socketpair end) shows what the
  * caller waits for: a blocking call on that end that ends when it does: a
  * peek at the readable token (or end of file), or a one-byte write that
@@ -899,6 +970,11 @@ ssize_t ss_io_recv(int fd, const struct iovec *iov, int n, int flags, bool *hand
 			if (r == 0)
 				continue;
 			break;
+		case SS_SOCK_LATE:
+			r = io_late_recv(s, fd, iov, n, flags);
+			if (r == -SS_REDO)
+				continue;
+			break;
 		case SS_SOCK_UPGRADED:
 		case SS_SOCK_FOREIGN:
 			/* No urgent data is ever pending on an upgraded stream: TCP's answer. */
@@ -963,6 +1039,8 @@ ssize_t ss_io_send(int fd, const struct iovec *iov, int n, int flags, bool *hand
 	if ((flags & MSG_OOB) &&
 	    (ss_sock_state(s) == SS_SOCK_UPGRADED || ss_sock_state(s) == SS_SOCK_FALLBACK))
 		ss_down_now(s);
+	else if ((flags & MSG_OOB) && ss_sock_state(s) == SS_SOCK_LATE)
+		ss_move_pin(s); /* it stays on TCP for good, then sends it there */
 	if (ss_sock_state(s) < SS_SOCK_CONNECTING || ss_sock_state(s) == SS_SOCK_PLAIN) {
 		/* Not (or no longer) ours: libc's call, unless an error is ours to report. */
 		if (ss_sock_state(s) == SS_SOCK_PLAIN && (r = atomic_exchange(&s->plain_err, 0))) {
@@ -1011,6 +1089,19 @@ ssize_t ss_io_send(int fd, const struct iovec *iov, int n, int flags, bool *hand
 				if (r == 0)
 					continue;
 			}
+			break;
+		case SS_SOCK_LATE:
+			r = ss_move_send(s, local.v, local.n, flags);
+			if (r > 0) {
+				sent += (size_t)r;
+				io_iov_advance(local.v, local.n, (size_t)r);
+				if (sent < want && io_would_wait(s, fd, flags))
+					continue;
+				break;
+			}
+			if (r == -SS_REDO || (r == -EAGAIN && io_would_wait(s, fd, flags) &&
+					      !(r = io_wait_late(s, fd, true))))
+				continue;
 			break;
 		case SS_SOCK_UPGRADED:
 		case SS_SOCK_FOREIGN:

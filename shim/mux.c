@@ -326,6 +326,7 @@ static int poll_once(struct pollfd *fds, nfds_t n, int timeout_ms, const sigset_
 			 */
 			moving |= ss_sock_state(s) == SS_SOCK_FALLBACK ||
 				  ss_sock_state(s) == SS_SOCK_ASKING ||
+				  ss_sock_state(s) == SS_SOCK_LATE ||
 				  ss_sock_state(s) == SS_SOCK_RECONNECTING;
 		} else if (s && ss_sock_state(s) == SS_SOCK_ACCEPTED) {
 			/*

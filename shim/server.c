@@ -25,16 +25,20 @@ enum server_look {
 
 /*
  * A HELLO that asks to start on TCP (SS_CAP_LATE), taken off the stream:
- * LATER, before any byte of ours, and the connection is plain. Any process
- * that has the connection may answer it (no QP is made).
+ * LATER, before any byte of ours, and the connection is LATE (or plain when
+ * it may not move). Any process that has the connection may answer it (no
+ * QP is made).
  */
 static void server_later(struct ss_sock *s, int fd, const struct ss_msg *hello)
 {
 	struct ss_msg m = {.type = SS_MSG_LATER, .nonce = hello->nonce};
 
 	ss_test_delay(SS_TP_SERVER_ACK);
-	if (ss_send_msg(fd, &m, 1000) != 0)
+	if (ss_send_msg(fd, &m, 1000) != 0) {
 		ss_log_warn("fd %d: LATER not sent: the client will connect again", fd);
+	} else if (ss_move_enter(s, fd, false, hello->nonce)) {
+		return; /* on TCP for now; it may move once it is worth it (moving.c) */
+	}
 	ss_bg_stop_private(s);
 	ss_become_plain(s, SS_REASON_LATER);
 }
@@ -89,7 +93,11 @@ bool ss_server_step(struct ss_sock *s)
 	switch (s->acked || s->tcp_fd < 0 ? SERVER_DONE : server_ack_if_hello(s, s->tcp_fd)) {
 	case SERVER_WAIT: return true;
 	case SERVER_PARTIAL: ss_bg_kick(s, ss_deadline_in(2)); return false;
-	default: ss_bg_stop_private(s); return false;
+	default:
+		/* LATE (LATER answered) keeps its private name: moving.c watches it. */
+		if (ss_sock_state(s) != SS_SOCK_LATE)
+			ss_bg_stop_private(s);
+		return false;
 	}
 }
 

@@ -52,6 +52,15 @@ static void forget_connection(struct ss_sock *s)
 	if (s->shim_fd >= 0)
 		ss_real.close(s->shim_fd);
 	s->tcp_fd = s->shim_fd = -1;
+	if (st == SS_SOCK_LATE) {
+		/* Pinned to TCP before the fork (or reset): the child's as a plain socket. */
+		ss_move_free(s);
+		free(s->hold);
+		s->hold = NULL;
+		s->hold_len = 0;
+		ss_sock_set_state(s, SS_SOCK_PLAIN);
+		return;
+	}
 	if (st == SS_SOCK_ACCEPTED) {
 		/* Undecided: the child decides on its own at its first I/O (nobody answers yet). */
 		atomic_store(&s->answering, false);
@@ -77,6 +86,7 @@ static void forget_stats(struct ss_sock *s)
 static void before_fork(void)
 {
 	ss_asking_finish_all();
+	ss_move_pin_all();
 	ss_inherit_forked();
 }
 

@@ -232,6 +232,59 @@ short ss_asking_events(const struct ss_sock *s);
  */
 void ss_asking_finish_all(void);
 
+/* ---- a connection on TCP that may move to RDMA (moving.c) ---- */
+
+/*
+ * LATER is answered (client: taken, and what it held sent; server: sent)
+ * on fd, a name of the TCP socket: s becomes LATE, unless it may not move
+ * (SRQSHIM_MOVE_AFTER_MS=-1, shut, no fd or memory left). nonce: the first
+ * HELLO's. Lock held. Returns true when s is LATE.
+ */
+bool ss_move_enter(struct ss_sock *s, int fd, bool client, uint32_t nonce);
+
+/* Moves a LATE socket on with what is there, and starts its move when it is ripe (lock held). */
+void ss_move_step(struct ss_sock *s);
+
+/* What the move of a LATE socket waits for on tcp_fd (EPOLL*), for the progress thread. */
+unsigned ss_move_events(struct ss_sock *s);
+
+/* What a blocked reader (out: writer) of a LATE socket polls its fd for (POLL*; 0: time only). */
+short ss_move_wait_events(struct ss_sock *s, bool out);
+
+/*
+ * The application's read (send) of a LATE socket, without waiting.
+ * Returns the count, -EAGAIN, -SS_REDO (the socket moved on) or -errno.
+ */
+ssize_t ss_move_recv(struct ss_sock *s, const struct iovec *iov, int n, int flags);
+ssize_t ss_move_send(struct ss_sock *s, const struct iovec *iov, int n, int flags);
+
+/*
+ * s must stay on TCP for good (exec, fork, SCM_RIGHTS, urgent data, a
+ * ring): the peer is told, a move under way ends first (moved already: back
+ * to TCP, ss_down_now). No lock held; waits, within SRQSHIM_LINGER_MS
+ * (beyond, the connection is reset). Returns 0 or -errno as ss_down_now.
+ */
+int ss_move_pin(struct ss_sock *s);
+
+/* ss_move_pin() for every LATE socket (before fork). */
+void ss_move_pin_all(void);
+
+/*
+ * shutdown(how) of a LATE socket (no lock held): it never moves from here
+ * on; a move under way ends first. Returns true when done here (*ret: 0
+ * or -errno); false: the caller shuts the socket as its state now says.
+ */
+bool ss_move_shutdown(struct ss_sock *s, int how, int *ret);
+
+/*
+ * The last name of a LATE socket is closed (lock held): true when a move
+ * is under way, to end in the background; else it is plain now.
+ */
+bool ss_move_close(struct ss_sock *s);
+
+/* Frees what a LATE socket holds for its move (the socket is being freed). */
+void ss_move_free(struct ss_sock *s);
+
 /* ---- server (server.c) ---- */
 
 /* An accepted connection: acknowledge a HELLO now or as soon as it comes. */

@@ -157,6 +157,7 @@ static void sock_free(struct ss_sock *s)
 		ss_real.close(s->shim_fd);
 	free(s->hold);
 	ss_down_free(s);
+	ss_move_free(s);
 	free(atomic_exchange(&s->heir, NULL));
 	pthread_mutex_destroy(&s->lock);
 	pthread_mutex_destroy(&s->fd_lock);

@@ -23,7 +23,8 @@
  * end (the TCP socket is tcp_fd); in PLAIN it is the TCP socket again. A
  * client that starts on TCP (asking.c) goes FRESH -> ASKING -> PLAIN on its
  * own TCP socket, or from ASKING into the socketpair and RECONNECTING when
- * the server turns out plain.
+ * the server turns out plain; after LATER both sides may be LATE instead of
+ * PLAIN, and go from there to UPGRADED (into the socketpair) or PLAIN.
  */
 enum ss_sock_state {
 	SS_SOCK_FRESH,        /* a TCP socket before connect: its bind and options are recorded */
@@ -39,6 +40,9 @@ enum ss_sock_state {
 	/* client that starts on TCP: HELLO sent (or due once connected), the answer not taken or
 	 * the bytes held meanwhile not all sent; the application's fd is the TCP socket */
 	SS_SOCK_ASKING,
+	/* on TCP after LATER (either side; moving.c): the application's fd is the TCP socket,
+	 * read by peek and take (the peer's urgent mark); the move to RDMA may start */
+	SS_SOCK_LATE,
 };
 
 /* What must be taken off the head of the TCP stream before the application reads it. */
@@ -59,6 +63,7 @@ struct ss_opt_rec {
 
 struct ss_epreg;
 struct ss_down;
+struct ss_lateio;
 struct ss_heir;
 
 /*
@@ -135,6 +140,11 @@ struct ss_sock {
 	uint8_t *hold; /* bytes written before the decision, or going to tcp_fd first */
 	size_t hold_len, hold_max;
 	uint32_t peer_caps; /* the peer's capabilities (SS_CAP_*), when upgraded */
+	/* LATE: the move's exchange over tcp_fd, and what the connection did so far (moving.c) */
+	struct ss_lateio *late;
+	uint64_t late_born_ms, late_bytes, late_calls;
+	struct ss_params late_peer; /* the peer's HELLO (server) or ACCEPT (client) */
+	bool late_client;
 	/* FALLBACK: a live downgrade's TCP exchange to finish first (down.c) */
 	struct ss_down *down;
 	atomic_bool down_wanted; /* the operator asked for a downgrade (ctlchan.c) */

@@ -74,6 +74,12 @@ void ss_down_free(struct ss_sock *s)
 	assert_null(s->down);
 }
 
+/* Nor moves from TCP. */
+void ss_move_free(struct ss_sock *s)
+{
+	assert_null(s->late);
+}
+
 static int times_closed(int fd)
 {
 	int n = 0;

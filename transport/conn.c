@@ -622,7 +622,7 @@ int ss_conn_create(struct ss_worker *w, const struct ss_transport_cfg *cfg,
 	c->rx_window = cfg->rx_window;
 	c->ctrl_reserve = cfg->ctrl_reserve;
 	c->buf_size = cfg->buf_size;
-	c->n_rxq = cfg->rx_window;
+	c->n_rxq = cfg->rx_window + 1; /* the window, and the bytes of ss_conn_put_front */
 	c->n_tx = cfg->sq_depth - cfg->ctrl_reserve;
 	/* One send pool per device: its blocks set the largest SEND (lowered to the peer's buffers
 	 * on connect). */
@@ -987,8 +987,8 @@ ssize_t ss_conn_recv(struct ss_conn *c, const struct iovec *iov, int iovcnt, boo
 	if (!peek) {
 		/* Fully read messages give their buffers back, and their credits to the peer. */
 		while (c->rxq_count && c->rxq[c->rxq_head].off == c->rxq[c->rxq_head].len) {
+			consumed += !c->rxq[c->rxq_head].front;
 			conn_rx_pop(c);
-			consumed++;
 		}
 		c->rx_avail -= copied;
 		/* Lost: its blocks still go back (an SRQ's to the shared queue). */
@@ -1012,6 +1012,30 @@ ssize_t ss_conn_recv(struct ss_conn *c, const struct iovec *iov, int iovcnt, boo
 	else
 		ret = -EAGAIN;
 	ss_conn_report(c, false);
+out:
+	pthread_mutex_unlock(&c->lock);
+	return ret;
+}
+
+int ss_conn_put_front(struct ss_conn *c, uint8_t *buf, size_t len)
+{
+	int ret = 0;
+
+	if (!len || len > UINT32_MAX) {
+		free(buf);
+		return len ? -EINVAL : 0;
+	}
+	pthread_mutex_lock(&c->lock);
+	if (c->rxq_count == c->n_rxq) {
+		ret = -EBUSY; /* one such entry at a time */
+		free(buf);
+		goto out;
+	}
+	c->rxq_head = (c->rxq_head + c->n_rxq - 1) % c->n_rxq;
+	c->rxq[c->rxq_head] = (struct rx_ent){.heap = buf, .len = (uint32_t)len, .front = true};
+	c->rxq_count++;
+	c->rx_avail += len;
+	ss_conn_report(c, true);
 out:
 	pthread_mutex_unlock(&c->lock);
 	return ret;

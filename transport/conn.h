@@ -326,6 +326,15 @@ ssize_t ss_conn_recv(struct ss_conn *c, const struct iovec *iov, int iovcnt, boo
 /* Bytes ss_conn_send() takes at once into an idle connection (all its send slots). */
 size_t ss_conn_send_capacity(struct ss_conn *c);
 
+/*
+ * The application reads buf's len bytes (malloc'd; the connection frees it)
+ * before anything the peer sent over RDMA: the peer's bytes that came over
+ * TCP before the connection moved to RDMA. Call it before the application
+ * reads from c. Returns 0, -EBUSY (one such buffer at a time) or -EINVAL;
+ * buf is the connection's either way.
+ */
+int ss_conn_put_front(struct ss_conn *c, uint8_t *buf, size_t len);
+
 /* Bytes readable now (FIONREAD). */
 size_t ss_conn_readable(struct ss_conn *c);
 
@@ -422,6 +431,7 @@ struct ss_transport_ops {
 	size_t (*conn_readable)(struct ss_conn *c);
 	size_t (*conn_unacked)(struct ss_conn *c, size_t *unsent_p);
 	size_t (*conn_send_capacity)(struct ss_conn *c);
+	int (*conn_put_front)(struct ss_conn *c, uint8_t *buf, size_t len);
 	int (*conn_shutdown_wr)(struct ss_conn *c);
 	unsigned (*conn_ready)(struct ss_conn *c);
 	void (*conn_resync)(struct ss_conn *c);
@@ -436,7 +446,7 @@ struct ss_transport_ops {
 
 extern const struct ss_transport_ops ss_transport_ops;
 
-#define SS_TRANSPORT_OPS_VERSION 16
+#define SS_TRANSPORT_OPS_VERSION 17
 #define SS_TRANSPORT_OPS_SYMBOL  "ss_transport_ops"
 
 #endif

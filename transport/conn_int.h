@@ -45,6 +45,7 @@ struct rx_ent {
 	uint8_t *heap;
 	uint32_t len;
 	uint32_t off; /* bytes already read */
+	bool front;   /* ss_conn_put_front's: no message of the peer's, no credit when read */
 };
 
 /*

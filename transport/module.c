@@ -22,6 +22,7 @@ __attribute__((visibility("default"))) const struct ss_transport_ops ss_transpor
 	.conn_lose = ss_conn_lose,
 	.conn_take_lost = ss_conn_take_lost,
 	.conn_take_unread = ss_conn_take_unread,
+	.conn_put_front = ss_conn_put_front,
 	.worker_watch = ss_worker_watch,
 	.worker_unwatch = ss_worker_unwatch,
 	.worker_defer = ss_worker_defer,

@@ -12,6 +12,8 @@ need_rdma
 HS=$BUILD/tests/hs_check
 CTL=$BUILD/tools/srqshim-ctl
 export SRQSHIM_HELLO_TIMEOUT_MS=300 SRQSHIM_ACKED_TIMEOUT_MS=1500 SRQSHIM_SERVER_WAIT_MS=200
+# The start alone: these connections never move to RDMA (the move is move.sh's).
+export SRQSHIM_MOVE_AFTER_MS=-1
 BYTES=200000
 port=9700
 S=SRQSHIM_START=tcp

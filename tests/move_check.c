@@ -1,0 +1,226 @@
+/*
+ * move_check: a connection that starts on TCP and moves to RDMA while it
+ * carries an echo (docs/design.md, "Connections that start on TCP"). The
+ * client sends ROUNDS messages of sizes that vary from 1 byte to 20 KB, each
+ * of its own pattern, and checks each echo byte by byte; so a move that
+ * loses, adds or reorders a byte (the peer's bytes before its mark, the
+ * held writes, the marks and messages between) fails the run. Each side
+ * takes its status snapshot (status_snap.h) before the end, for the caller
+ * to check that both moved.
+ *
+ *   move_check server ADDR PORT STYLE
+ *       STYLE block: blocking reads and writes; epoll: non-blocking, an
+ *       epoll loop (level-triggered); lazy: blocking, asleep for 300 ms
+ *       after its first echo (the client's move finds an application that
+ *       does not read: the server's progress thread answers it)
+ *   move_check client ADDR PORT STYLE ROUNDS
+ *       STYLE block: blocking; poll: non-blocking with poll; burst:
+ *       blocking, one echo, then 8 messages written before their echoes
+ *       are read
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "tests/status_snap.h"
+#include "tools/prog.h"
+
+#define MOVE_MSG_MAX 20000
+#define MOVE_BURST   8
+
+static uint8_t move_pattern(uint64_t i, unsigned seed)
+{
+	return (uint8_t)((i + seed) * 2654435761u >> 13);
+}
+
+static size_t move_size(unsigned round)
+{
+	return 1 + (round * 7919u) % MOVE_MSG_MAX;
+}
+
+static void move_wait(int fd, short ev)
+{
+	struct pollfd p = {.fd = fd, .events = ev};
+
+	if (poll(&p, 1, 60000) != 1)
+		prog_die("poll");
+}
+
+static void move_write_all(int fd, const uint8_t *p, size_t len)
+{
+	while (len) {
+		ssize_t n = write(fd, p, len);
+
+		if (n < 0 && (errno == EAGAIN || errno == EINTR)) {
+			move_wait(fd, POLLOUT);
+			continue;
+		}
+		if (n <= 0)
+			prog_die("write");
+		p += n;
+		len -= (size_t)n;
+	}
+}
+
+static void move_read_full(int fd, uint8_t *buf, size_t len)
+{
+	size_t got = 0;
+
+	while (got < len) {
+		ssize_t n = read(fd, buf + got, len - got);
+
+		if (n < 0 && (errno == EAGAIN || errno == EINTR)) {
+			move_wait(fd, POLLIN);
+			continue;
+		}
+		if (n <= 0) {
+			fprintf(stderr, "move_check: %s after %zu of %zu bytes\n",
+				n == 0 ? "end of stream" : strerror(errno), got, len);
+			exit(1);
+		}
+		got += (size_t)n;
+	}
+}
+
+static void move_send_round(int fd, unsigned r, uint8_t *buf)
+{
+	size_t len = move_size(r);
+
+	for (size_t i = 0; i < len; i++)
+		buf[i] = move_pattern(i, r);
+	move_write_all(fd, buf, len);
+}
+
+static void move_check_round(int fd, unsigned r, uint8_t *buf)
+{
+	size_t len = move_size(r);
+
+	move_read_full(fd, buf, len);
+	for (size_t i = 0; i < len; i++)
+		if (buf[i] != move_pattern(i, r)) {
+			fprintf(stderr, "move_check: round %u: byte %zu of %zu differs\n", r, i,
+				len);
+			exit(1);
+		}
+}
+
+static int move_client(const char *addr, int port, const char *style, unsigned rounds)
+{
+	struct sockaddr_in sa = prog_address(addr, port);
+	static uint8_t buf[MOVE_MSG_MAX];
+	int fd = socket(AF_INET, SOCK_STREAM, 0);
+	unsigned r = 0;
+
+	if (fd < 0 || connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0)
+		prog_die("connect");
+	if (strcmp(style, "poll") == 0)
+		fcntl(fd, F_SETFL, O_NONBLOCK);
+	if (strcmp(style, "burst") == 0 && rounds > MOVE_BURST) {
+		move_send_round(fd, r, buf);
+		move_check_round(fd, r++, buf);
+		for (unsigned k = 0; k < MOVE_BURST; k++)
+			move_send_round(fd, r + k, buf);
+		for (unsigned k = 0; k < MOVE_BURST; k++)
+			move_check_round(fd, r++, buf);
+	}
+	for (; r < rounds; r++) {
+		move_send_round(fd, r, buf);
+		move_check_round(fd, r, buf);
+	}
+	status_snap("client");
+	if (shutdown(fd, SHUT_WR) < 0)
+		prog_die("shutdown");
+	/* The server's end follows ours: nothing more may come. */
+	for (ssize_t n; (n = read(fd, buf, 1)) != 0;) {
+		if (n > 0 || (errno != EAGAIN && errno != EINTR))
+			prog_die("bytes after the echo");
+		move_wait(fd, POLLIN);
+	}
+	close(fd);
+	printf("client: %u rounds echoed ok\n", rounds);
+	return 0;
+}
+
+/* Echoes what is there; returns false at the client's end. */
+static bool move_echo_some(int fd, uint8_t *buf, uint64_t *total)
+{
+	ssize_t n = read(fd, buf, MOVE_MSG_MAX);
+
+	if (n < 0 && (errno == EAGAIN || errno == EINTR))
+		return true;
+	if (n < 0)
+		prog_die("server read");
+	if (n == 0)
+		return false;
+	move_write_all(fd, buf, (size_t)n);
+	*total += (uint64_t)n;
+	return true;
+}
+
+static int move_server(const char *addr, int port, const char *style)
+{
+	struct sockaddr_in sa = prog_address(addr, port);
+	static uint8_t buf[MOVE_MSG_MAX];
+	int one = 1, l = socket(AF_INET, SOCK_STREAM, 0), fd;
+	uint64_t total = 0;
+
+	setsockopt(l, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+	if (l < 0 || bind(l, (struct sockaddr *)&sa, sizeof(sa)) < 0 || listen(l, 4) < 0)
+		prog_die("listen");
+	fd = accept(l, NULL, NULL);
+	if (fd < 0)
+		prog_die("accept");
+	if (strcmp(style, "lazy") == 0) {
+		struct timespec ts = {0, 300 * 1000000L};
+
+		if (!move_echo_some(fd, buf, &total))
+			prog_die("the client's end before its first message");
+		nanosleep(&ts, NULL);
+	}
+	if (strcmp(style, "epoll") == 0) {
+		struct epoll_event ev = {.events = EPOLLIN, .data.fd = fd};
+		int ep = epoll_create1(0);
+		bool open = true;
+
+		fcntl(fd, F_SETFL, O_NONBLOCK);
+		if (ep < 0 || epoll_ctl(ep, EPOLL_CTL_ADD, fd, &ev) < 0)
+			prog_die("epoll");
+		while (open) {
+			if (epoll_wait(ep, &ev, 1, 60000) != 1)
+				prog_die("epoll_wait");
+			open = move_echo_some(fd, buf, &total);
+		}
+		close(ep);
+	} else {
+		while (move_echo_some(fd, buf, &total))
+			;
+	}
+	status_snap("server");
+	close(fd);
+	close(l);
+	printf("server: %llu bytes echoed ok\n", (unsigned long long)total);
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	setvbuf(stdout, NULL, _IOLBF, 0);
+	if (argc == 5 && strcmp(argv[1], "server") == 0)
+		return move_server(argv[2], atoi(argv[3]), argv[4]);
+	if (argc == 6 && strcmp(argv[1], "client") == 0)
+		return move_client(argv[2], atoi(argv[3]), argv[4], (unsigned)atoi(argv[5]));
+	fprintf(stderr, "usage: move_check server ADDR PORT block|epoll|lazy\n"
+			"       move_check client ADDR PORT block|poll|burst ROUNDS\n");
+	return 2;
+}
