@@ -374,7 +374,12 @@ bool ss_upgraded_tcp_event(struct ss_sock *s)
 			}
 			continue; /* repeated ACKs and the like: skipped */
 		case SS_HSR_EOF:
-		case SS_HSR_ERROR: ss_tp->conn_peer_gone(s->conn); return false;
+		case SS_HSR_ERROR:
+			ss_log_info("fd %d: the TCP side of an upgraded connection ended (%s): so "
+				    "does the connection",
+				    s->fds[0], errno ? strerror(errno) : "end of stream");
+			ss_tp->conn_peer_gone(s->conn);
+			return false;
 		case SS_HSR_FOREIGN:
 		case SS_HSR_BAD:
 			/* Nothing else belongs on the TCP stream after an upgrade. */

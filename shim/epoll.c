@@ -16,7 +16,6 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/eventfd.h>
 #include <sys/mman.h>
 
 #include "shim/ready.h"
@@ -835,13 +834,8 @@ static void ep_add_internal(struct ss_ep *e)
 	unsigned gen;
 
 	if (!e->wake_added) {
-		int fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-		int high = fd >= 0 ? ss_private_fd(fd) : -1;
+		int fd = ss_private_eventfd();
 
-		if (high >= 0) {
-			ss_real.close(fd);
-			fd = high;
-		}
 		ev.data.u64 = EP_MAGIC | EP_WAKE;
 		if (fd >= 0 && ss_real.epoll_ctl(e->kfd, EPOLL_CTL_ADD, fd, &ev) == 0) {
 			e->wake_fd = fd;

@@ -12,6 +12,7 @@
 #include <limits.h>
 #include <sched.h>
 #include <stdatomic.h>
+#include <sys/eventfd.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -50,6 +51,19 @@ int ss_private_fd(int fd)
 		return -errno;
 	ss_ownfd_add(nfd);
 	return nfd;
+}
+
+int ss_private_eventfd(void)
+{
+	int fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK), high;
+
+	if (fd < 0)
+		return -1;
+	high = ss_private_fd(fd);
+	if (high < 0)
+		return fd; /* no number above the application's: this one */
+	ss_real.close(fd);
+	return high;
 }
 
 void ss_private_close(int fd)

@@ -5,7 +5,6 @@
 #include <sched.h>
 #include <stdatomic.h>
 #include <stdlib.h>
-#include <sys/eventfd.h>
 #include <unistd.h>
 
 #include "shim/epoll.h"
@@ -166,19 +165,14 @@ static void ready_key_init(void)
 
 int ss_ready_poll_wake_fd(void)
 {
-	int fd, high;
+	int fd;
 
 	if (ready_me)
 		return ready_me->fd;
 	pthread_once(&ready_key_once, ready_key_init);
-	fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	fd = ss_private_eventfd();
 	if (fd < 0)
 		return -1;
-	high = ss_private_fd(fd);
-	if (high >= 0) {
-		ss_real.close(fd);
-		fd = high;
-	}
 	ready_me = calloc(1, sizeof(*ready_me));
 	if (!ready_me) {
 		ss_private_close(fd);

@@ -69,6 +69,10 @@ uint64_t ss_nudge_at(void);
 /* Moves fd to a close-on-exec number above the application's. Returns it or -errno. */
 int ss_private_fd(int fd);
 
+/* A non-blocking close-on-exec eventfd of the shim's, above the application's fds when it can be
+ * (ss_private_fd). Returns it or -1. */
+int ss_private_eventfd(void);
+
 /* Closes one of the shim's fds, forgotten first (shim/ownfd.h): needed for an
  * epoll or eventfd, whose identity any other shares. */
 void ss_private_close(int fd);

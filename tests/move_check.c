@@ -21,6 +21,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <stdbool.h>
@@ -37,7 +38,25 @@
 #include "tools/prog.h"
 
 #define MOVE_MSG_MAX 20000
+/* A run that hangs says where, with its status snapshot, before the caller's timeout. */
+#define MOVE_STUCK_S 20
 #define MOVE_BURST   8
+
+static const char *move_role = "?";
+static volatile unsigned move_round;
+static volatile const char *move_phase = "start";
+
+static void move_stuck(int sig)
+{
+	char tag[32];
+
+	(void)sig;
+	fprintf(stderr, "move_check: %s stuck in round %u (%s)\n", move_role, move_round,
+		(const char *)move_phase);
+	snprintf(tag, sizeof(tag), "stuck-%s", move_role);
+	status_snap(tag);
+	_exit(3);
+}
 
 static uint8_t move_pattern(uint64_t i, unsigned seed)
 {
@@ -85,8 +104,12 @@ static void move_read_full(int fd, uint8_t *buf, size_t len)
 			continue;
 		}
 		if (n <= 0) {
+			char tag[32];
+
 			fprintf(stderr, "move_check: %s after %zu of %zu bytes\n",
 				n == 0 ? "end of stream" : strerror(errno), got, len);
+			snprintf(tag, sizeof(tag), "failed-%s", move_role);
+			status_snap(tag);
 			exit(1);
 		}
 		got += (size_t)n;
@@ -97,6 +120,8 @@ static void move_send_round(int fd, unsigned r, uint8_t *buf)
 {
 	size_t len = move_size(r);
 
+	move_round = r;
+	move_phase = "write";
 	for (size_t i = 0; i < len; i++)
 		buf[i] = move_pattern(i, r);
 	move_write_all(fd, buf, len);
@@ -106,6 +131,8 @@ static void move_check_round(int fd, unsigned r, uint8_t *buf)
 {
 	size_t len = move_size(r);
 
+	move_round = r;
+	move_phase = "read the echo";
 	move_read_full(fd, buf, len);
 	for (size_t i = 0; i < len; i++)
 		if (buf[i] != move_pattern(i, r)) {
@@ -163,7 +190,9 @@ static bool move_echo_some(int fd, uint8_t *buf, uint64_t *total)
 		prog_die("server read");
 	if (n == 0)
 		return false;
+	move_phase = "write the echo";
 	move_write_all(fd, buf, (size_t)n);
+	move_phase = "wait";
 	*total += (uint64_t)n;
 	return true;
 }
@@ -216,6 +245,10 @@ static int move_server(const char *addr, int port, const char *style)
 int main(int argc, char **argv)
 {
 	setvbuf(stdout, NULL, _IOLBF, 0);
+	if (argc > 1)
+		move_role = argv[1];
+	signal(SIGALRM, move_stuck);
+	alarm(MOVE_STUCK_S);
 	if (argc == 5 && strcmp(argv[1], "server") == 0)
 		return move_server(argv[2], atoi(argv[3]), argv[4]);
 	if (argc == 6 && strcmp(argv[1], "client") == 0)

@@ -51,6 +51,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "handshake/clock.h"
 #include "tests/status_snap.h"
 #include "tools/prog.h"
 
@@ -231,17 +232,13 @@ static void shut_race_server_bytes(const char *what, enum style st, int l)
 	char got[65] = "", b[64];
 	size_t len = 0;
 	int conns[8], nc = 0;
-	uint64_t end;
-	struct timespec ts;
+	uint64_t end = ss_now_ms() + 5000;
 
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	end = (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000 + 5000;
 	for (;;) {
 		struct pollfd p[9];
-		int np = 0, left;
+		uint64_t now = ss_now_ms();
+		int np = 0, left = now < end ? (int)(end - now) : 0;
 
-		clock_gettime(CLOCK_MONOTONIC, &ts);
-		left = (int)(end - ((uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000));
 		if (left <= 0 || len >= 5)
 			break;
 		p[np++] = (struct pollfd){.fd = l, .events = POLLIN};

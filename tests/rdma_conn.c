@@ -369,6 +369,77 @@ static void test_timer_survives_destroyed_neighbour(void **state)
 	destroy_pair(b);
 }
 
+/*
+ * conn_put_front: bytes that came before the connection (a move from TCP)
+ * are read before everything the peer sent, also when the peer filled its
+ * whole window before they were put there; one such buffer at a time; and
+ * reading them gives the peer no credit, so the stream goes on in order.
+ */
+static void put_front_case(const uint8_t modes[2])
+{
+	enum { WINDOW = 4, MSG = 100, FRONT = 50 };
+	struct end e[2] = {{0}};
+	uint8_t msg[MSG], got[FRONT + (WINDOW + 8) * MSG], *front = malloc(FRONT),
+							   *again = malloc(1);
+	size_t n = 0;
+
+	assert_non_null(front);
+	assert_non_null(again);
+	memset(front, 'F', FRONT);
+	make_pair(test_cfg(WINDOW, 8192), modes, e);
+	for (int i = 0; i < WINDOW; i++) {
+		struct iovec iov = {msg, MSG};
+
+		memset(msg, 'a' + i, MSG);
+		assert_int_equal(ss_conn_send(e[0].c, &iov, 1, false), MSG);
+	}
+	/* The peer's window is full here before the front bytes go in. */
+	for (int i = 0; i < 300 && ss_conn_readable(e[1].c) < WINDOW * MSG; i++)
+		usleep(10000);
+	assert_int_equal(ss_conn_readable(e[1].c), WINDOW * MSG);
+	assert_int_equal(ss_conn_put_front(e[1].c, front, FRONT), 0);
+	assert_int_equal(ss_conn_put_front(e[1].c, again, 1), -EBUSY);
+	assert_int_equal(ss_conn_readable(e[1].c), FRONT + WINDOW * MSG);
+	/* More after it: the stream goes on behind what was there. */
+	for (int i = WINDOW; i < WINDOW + 8; i++) {
+		size_t off = 0;
+
+		memset(msg, 'a' + i, MSG);
+		while (off < MSG) {
+			struct iovec iov = {msg + off, MSG - off};
+			ssize_t r = ss_conn_send(e[0].c, &iov, 1, false);
+
+			if (r > 0)
+				off += (size_t)r;
+			else
+				n += read_within(&e[1], got + n, 1, 100); /* credits come back */
+		}
+	}
+	n += read_within(&e[1], got + n, sizeof(got) - n, 5000);
+	assert_int_equal(n, sizeof(got));
+	for (size_t i = 0; i < FRONT; i++)
+		assert_int_equal(got[i], 'F');
+	for (size_t i = FRONT; i < sizeof(got); i++)
+		assert_int_equal(got[i], 'a' + (i - FRONT) / MSG);
+	destroy_pair(e);
+}
+
+static void test_put_front_rq(void **state)
+{
+	const uint8_t modes[2] = {SS_RECV_RQ, SS_RECV_RQ};
+
+	(void)state;
+	put_front_case(modes);
+}
+
+static void test_put_front_srq(void **state)
+{
+	const uint8_t modes[2] = {SS_RECV_SRQ, SS_RECV_SRQ};
+
+	(void)state;
+	put_front_case(modes);
+}
+
 static const uint8_t rq_rq[2] = {SS_RECV_RQ, SS_RECV_RQ};
 static const uint8_t srq_srq[2] = {SS_RECV_SRQ, SS_RECV_SRQ};
 static const uint8_t srq_rq[2] = {SS_RECV_SRQ, SS_RECV_RQ};
@@ -484,6 +555,8 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_stream_default_like),
 		cmocka_unit_test(test_stream_srq_with_rq),
 		cmocka_unit_test(test_timer_survives_destroyed_neighbour),
+		cmocka_unit_test(test_put_front_rq),
+		cmocka_unit_test(test_put_front_srq),
 		cmocka_unit_test(test_create_failure_leaks_nothing),
 		cmocka_unit_test(test_srq_low_own_process),
 	};

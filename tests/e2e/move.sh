@@ -38,8 +38,8 @@ move_case() {
 		spid=$!
 		wait_listen $port
 		"${pre_c[@]}" timeout 30 "$MC" client "$ADDR" $port $cstyle $ROUNDS > "$WORK/mv.cli.log" 2>&1 ||
-			{ cat "$WORK/mv.cli.log" "$WORK/mv.srv.log"; fail "$name ($how): client"; }
-		wait $spid || { cat "$WORK/mv.srv.log" "$WORK/mv.cli.log"; fail "$name ($how): server"; }
+			{ sleep 1; cat "$WORK/mv.cli.log" "$WORK/mv.srv.log" "$WORK"/mv.stuck-* 2>/dev/null; fail "$name ($how): client"; }
+		wait $spid || { cat "$WORK/mv.srv.log" "$WORK/mv.cli.log" "$WORK"/mv.stuck-* 2>/dev/null; fail "$name ($how): server"; }
 		[ $how = tcp ] && continue
 		local got_s got_c
 		got_s=$(outcome "$WORK/mv.server"); got_c=$(outcome "$WORK/mv.client")
