@@ -200,14 +200,7 @@ static enum ss_reason client_commit(struct ss_sock *s, const struct ss_msg *m)
 	if (ss_send_msg(s->tcp_fd, &ready, 1000) != 0)
 		ss_tp->conn_peer_gone(s->conn); /* the application sees the reset */
 	ss_tp->conn_start(s->conn);
-	if (s->hold_len) {
-		struct iovec iov = {s->hold, s->hold_len};
-
-		ss_tp->conn_send(s->conn, &iov, 1, s->cork);
-		free(s->hold);
-		s->hold = NULL;
-		s->hold_len = 0;
-	}
+	ss_hold_to_conn(s);
 	if (s->shut_wr_held)
 		ss_tp->conn_shutdown_wr(s->conn);
 	ss_become_upgraded(s, &m->params);

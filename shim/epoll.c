@@ -1144,6 +1144,14 @@ int ss_epoll_wait(int epfd, struct epoll_event *evs, int max, int timeout_ms, co
 		}
 		if (next == SS_WAIT_LOOK)
 			continue;
+		/*
+		 * A device opened since this call began joins the set before we
+		 * sleep on it: its channel is how its completions wake us. (A
+		 * connection that moved from TCP made the process's first QP on
+		 * the progress thread while this call slept; without this, the
+		 * call slept on through every completion of it: 2026-12-06.)
+		 */
+		ep_add_internal(e);
 		/* Asleep in the kernel: a new event of ours writes the wake-up fd. */
 		pthread_mutex_lock(&e->lock);
 		if (e->rhead) {

@@ -73,6 +73,9 @@ static enum ss_reason move_check(void *ctx, const struct ss_msg *accept)
 	struct ss_sock *s = ctx;
 	enum ss_reason r = ss_agree(s, s->tcp_fd, accept);
 
+	/* The connect sized the send slots to the peer's buffers: the hold must fit them. */
+	if (r == SS_REASON_NONE)
+		r = move_fit_hold(s);
 	s->late_peer = accept->params;
 	return r;
 }
@@ -149,14 +152,7 @@ static void move_to_rdma(struct ss_sock *s)
 	/* Both QPs receive: the client sent READY, the server read it. */
 	s->committed = true;
 	ss_tp->conn_start(s->conn);
-	if (s->hold_len) {
-		struct iovec iov = {s->hold, s->hold_len};
-
-		ss_tp->conn_send(s->conn, &iov, 1, s->cork);
-		free(s->hold);
-		s->hold = NULL;
-		s->hold_len = 0;
-	}
+	ss_hold_to_conn(s);
 	if (s->shut_wr_held)
 		ss_tp->conn_shutdown_wr(s->conn);
 	ss_become_upgraded(s, &s->late_peer);
@@ -450,14 +446,17 @@ static void move_finish(struct ss_sock *s)
 
 int ss_move_pin(struct ss_sock *s)
 {
+	int st;
+
 	pthread_mutex_lock(&s->lock);
 	if (ss_sock_state(s) == SS_SOCK_LATE && s->late->rules.state != SS_LATE_TCP)
 		move_settle(s, ss_lateio_event(s->late, SS_LATE_EV_PIN));
 	if (ss_sock_state(s) == SS_SOCK_LATE)
 		move_finish(s);
+	st = ss_sock_state(s);
 	pthread_mutex_unlock(&s->lock);
 	/* Moved before the pin was told: back to TCP the usual way. */
-	return ss_sock_state(s) == SS_SOCK_UPGRADED ? ss_down_now(s) : 0;
+	return st == SS_SOCK_UPGRADED || st == SS_SOCK_FALLBACK ? ss_down_now(s) : 0;
 }
 
 bool ss_move_shutdown(struct ss_sock *s, int how, int *ret)

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <unistd.h>
 
 #include "shim/epoll.h"
 #include "shim/ready.h"
@@ -34,6 +35,37 @@ size_t ss_hold_append(struct ss_sock *s, const struct iovec *iov, int n)
 	}
 	s->hold_len += taken;
 	return taken;
+}
+
+void ss_hold_to_conn(struct ss_sock *s)
+{
+	uint64_t end = ss_deadline_in(SS_HOLD_TO_CONN_MS);
+	size_t off = 0;
+
+	while (off < s->hold_len) {
+		struct iovec iov = {s->hold + off, s->hold_len - off};
+		ssize_t r = ss_tp->conn_send(s->conn, &iov, 1, s->cork);
+
+		if (r > 0) {
+			off += (size_t)r;
+			continue;
+		}
+		if (r != -EAGAIN || ss_now_ms() >= end) {
+			/* Never a byte lost without a word: the application sees a reset. */
+			ss_log_error("fd %d: %zu held bytes could not go over RDMA (%s): the "
+				     "connection is reset",
+				     s->fds[0], s->hold_len - off,
+				     r == -EAGAIN ? "no send buffer in time" : strerror((int)-r));
+			ss_tp->conn_peer_gone(s->conn);
+			break;
+		}
+		/* The device's send pool is dry: its completions free blocks. */
+		ss_tp->worker_poll(ss_w);
+		usleep(200);
+	}
+	free(s->hold);
+	s->hold = NULL;
+	s->hold_len = 0;
 }
 
 int ss_hold_reserve(struct ss_sock *s, size_t max)

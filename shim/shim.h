@@ -483,6 +483,15 @@ void ss_fallback_enter(struct ss_sock *s, enum ss_reason why);
  */
 int ss_hold_reserve(struct ss_sock *s, size_t max);
 
+/*
+ * The held bytes go over s->conn (started; lock held), all of them: a dry
+ * send pool is waited for, the CQs polled meanwhile, for at most
+ * SS_HOLD_TO_CONN_MS; beyond, or on an error, the connection is reset
+ * (logged) rather than a byte lost. The hold is empty after.
+ */
+#define SS_HOLD_TO_CONN_MS 1000
+void ss_hold_to_conn(struct ss_sock *s);
+
 /* Appends to the held bytes; returns the count taken (short when full). */
 size_t ss_hold_append(struct ss_sock *s, const struct iovec *iov, int n);
 

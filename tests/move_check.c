@@ -12,7 +12,14 @@
  *       STYLE block: blocking reads and writes; epoll: non-blocking, an
  *       epoll loop (level-triggered); lazy: blocking, asleep for 300 ms
  *       after its first echo (the client's move finds an application that
- *       does not read: the server's progress thread answers it)
+ *       does not read: the server's progress thread answers it); rdhup:
+ *       asleep in epoll for EPOLLRDHUP alone from the accept on (the move
+ *       runs on its progress thread, which makes the process's first QP
+ *       meanwhile), then reads what came
+ *   (the client's STYLE shut: a write of 7,920 bytes, another of 15,839
+ *   0.1 s later (the first is held while LATER comes; the second starts
+ *   the move), 1 s asleep, then shutdown(SHUT_WR): the end the rdhup
+ *   server waits for)
  *   move_check client ADDR PORT STYLE ROUNDS
  *       STYLE block: blocking; poll: non-blocking with poll; burst:
  *       blocking, one echo, then 8 messages written before their echoes
@@ -153,6 +160,16 @@ static int move_client(const char *addr, int port, const char *style, unsigned r
 		prog_die("connect");
 	if (strcmp(style, "poll") == 0)
 		fcntl(fd, F_SETFL, O_NONBLOCK);
+	if (strcmp(style, "shut") == 0) {
+		struct timespec tenth = {0, 100 * 1000000L}, second = {1, 0};
+
+		move_send_round(fd, 1, buf);
+		nanosleep(&tenth, NULL);
+		move_send_round(fd, 2, buf);
+		move_phase = "asleep before the shutdown";
+		nanosleep(&second, NULL);
+		rounds = 0;
+	}
 	if (strcmp(style, "burst") == 0 && rounds > MOVE_BURST) {
 		move_send_round(fd, r, buf);
 		move_check_round(fd, r++, buf);
@@ -216,6 +233,27 @@ static int move_server(const char *addr, int port, const char *style)
 		if (!move_echo_some(fd, buf, &total))
 			prog_die("the client's end before its first message");
 		nanosleep(&ts, NULL);
+	}
+	if (strcmp(style, "rdhup") == 0) {
+		struct epoll_event ev = {.events = EPOLLRDHUP, .data.fd = fd};
+		int ep = epoll_create1(0);
+
+		move_phase = "epoll_wait for EPOLLRDHUP";
+		if (ep < 0 || epoll_ctl(ep, EPOLL_CTL_ADD, fd, &ev) < 0)
+			prog_die("epoll");
+		if (epoll_wait(ep, &ev, 1, 60000) != 1 || !(ev.events & EPOLLRDHUP))
+			prog_die("epoll_wait: no EPOLLRDHUP");
+		close(ep);
+		printf("server: EPOLLRDHUP\n");
+		status_snap("server");
+		move_check_round(fd, 1, buf);
+		move_check_round(fd, 2, buf);
+		if (read(fd, buf, 1) != 0)
+			prog_die("bytes after the client's end");
+		close(fd);
+		close(l);
+		printf("server: %zu bytes ok, then the end\n", move_size(1) + move_size(2));
+		return 0;
 	}
 	if (strcmp(style, "epoll") == 0) {
 		struct epoll_event ev = {.events = EPOLLIN, .data.fd = fd};
