@@ -199,12 +199,7 @@ static enum ss_reason client_commit(struct ss_sock *s, const struct ss_msg *m)
 		return r;
 	if (ss_send_msg(s->tcp_fd, &ready, 1000) != 0)
 		ss_tp->conn_peer_gone(s->conn); /* the application sees the reset */
-	ss_tp->conn_start(s->conn);
-	ss_hold_to_conn(s);
-	if (s->shut_wr_held)
-		ss_tp->conn_shutdown_wr(s->conn);
-	ss_become_upgraded(s, &m->params);
-	ss_tp->conn_resync(s->conn);
+	ss_start_upgraded(s, &m->params);
 	return SS_REASON_NONE;
 }
 

@@ -157,6 +157,16 @@ void ss_become_upgraded(struct ss_sock *s, const struct ss_params *peer)
 	ss_bg_watch(s, EPOLLIN | EPOLLRDHUP);
 }
 
+void ss_start_upgraded(struct ss_sock *s, const struct ss_params *peer)
+{
+	ss_tp->conn_start(s->conn);
+	ss_hold_to_conn(s);
+	if (s->shut_wr_held)
+		ss_tp->conn_shutdown_wr(s->conn);
+	ss_become_upgraded(s, peer);
+	ss_tp->conn_resync(s->conn);
+}
+
 void ss_become_plain(struct ss_sock *s, enum ss_reason why)
 {
 	s->reason = why;

@@ -151,12 +151,7 @@ static void move_to_rdma(struct ss_sock *s)
 	s->late = NULL;
 	/* Both QPs receive: the client sent READY, the server read it. */
 	s->committed = true;
-	ss_tp->conn_start(s->conn);
-	ss_hold_to_conn(s);
-	if (s->shut_wr_held)
-		ss_tp->conn_shutdown_wr(s->conn);
-	ss_become_upgraded(s, &s->late_peer);
-	ss_tp->conn_resync(s->conn);
+	ss_start_upgraded(s, &s->late_peer);
 }
 
 /*

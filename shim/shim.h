@@ -128,6 +128,13 @@ enum ss_reason ss_agree(struct ss_sock *s, int fd, const struct ss_msg *peer);
 /* The connection runs over RDMA from now on (peer: its parameters, for the status). */
 void ss_become_upgraded(struct ss_sock *s, const struct ss_params *peer);
 
+/*
+ * The commit point passed on our side (the client sent READY; a moved
+ * server read it): the connection starts, the held bytes go over it, then
+ * a held shutdown, and the socket is upgraded (peer: its parameters).
+ */
+void ss_start_upgraded(struct ss_sock *s, const struct ss_params *peer);
+
 /* The connection stays on TCP, why says why; the caller moves the bytes (plain.c). */
 void ss_become_plain(struct ss_sock *s, enum ss_reason why);
 
