@@ -215,14 +215,21 @@ static void move_settle(struct ss_sock *s, int r)
 		move_plain(s, x->rules.reason ? (enum ss_reason)x->rules.reason : SS_REASON_LATER);
 }
 
-/* Starts the move when the connection has done enough (a side that waits to move). */
+/*
+ * Starts the move when the connection has done enough (a side that waits
+ * to move). The counts first, then the age on the coarse clock: no system
+ * call for a connection that has not done enough (a guest's precise clock
+ * is one).
+ */
 static void move_ripen(struct ss_sock *s)
 {
 	struct ss_late_use use, min;
 
-	if (s->late->rules.state != SS_LATE_QUIET || ss_cfg.move_after_ms < 0)
+	if (s->late->rules.state != SS_LATE_QUIET || ss_cfg.move_after_ms < 0 ||
+	    (s->late_bytes < (uint64_t)ss_cfg.move_after_bytes &&
+	     s->late_calls < (uint64_t)ss_cfg.move_after_calls))
 		return;
-	use = (struct ss_late_use){.age_ms = ss_now_ms() - s->late_born_ms,
+	use = (struct ss_late_use){.age_ms = ss_now_coarse_ms() - s->late_born_ms,
 				   .bytes = s->late_bytes,
 				   .calls = s->late_calls};
 	min = (struct ss_late_use){.age_ms = (uint64_t)ss_cfg.move_after_ms,
@@ -236,13 +243,26 @@ static void move_ripen(struct ss_sock *s)
 	move_settle(s, ss_lateio_event(s->late, SS_LATE_EV_MOVE));
 }
 
-void ss_move_step(struct ss_sock *s)
+/*
+ * Moves the exchange on, then starts the move if it is ripe. quiet_look:
+ * also look for the peer's lone mark while nothing is under way (a poll:
+ * the progress thread's look, whose watch fired). The application's reads
+ * find that mark at the head anyway, and its writes may go on until they
+ * do, so their calls skip that system call.
+ */
+static void move_step(struct ss_sock *s, bool quiet_look)
 {
 	if (ss_sock_state(s) != SS_SOCK_LATE)
 		return;
-	move_settle(s, ss_lateio_step(s->late));
+	if (quiet_look || s->late->rules.state != SS_LATE_QUIET || ss_lateio_owes(s->late))
+		move_settle(s, ss_lateio_step(s->late));
 	if (ss_sock_state(s) == SS_SOCK_LATE)
 		move_ripen(s);
+}
+
+void ss_move_step(struct ss_sock *s)
+{
+	move_step(s, true);
 }
 
 /* ---- entering, and what the waits wait for ---- */
@@ -265,7 +285,7 @@ bool ss_move_enter(struct ss_sock *s, int fd, bool client, uint32_t nonce)
 	s->late = x;
 	s->late_client = client;
 	s->nonce = nonce;
-	s->late_born_ms = ss_now_ms();
+	s->late_born_ms = ss_now_coarse_ms();
 	s->late_bytes = s->late_calls = 0;
 	s->hold_max = SS_HOLD_MAX;
 	s->reason = SS_REASON_LATER;
@@ -308,7 +328,7 @@ static ssize_t move_read(struct ss_sock *s, void *buf, size_t len, int flags)
 	size_t got = 0;
 	int r;
 
-	ss_move_step(s);
+	move_step(s, false);
 	if (ss_sock_state(s) != SS_SOCK_LATE)
 		return -SS_REDO;
 	r = ss_lateio_read(s->late, buf, len, flags & ~(MSG_WAITALL | MSG_DONTWAIT), &got);
@@ -357,7 +377,7 @@ ssize_t ss_move_send(struct ss_sock *s, const struct iovec *iov, int n, int flag
 	ssize_t r;
 
 	pthread_mutex_lock(&s->lock);
-	ss_move_step(s);
+	move_step(s, false);
 	if (ss_sock_state(s) != SS_SOCK_LATE) {
 		r = -SS_REDO;
 	} else if (move_holds(s)) {
@@ -365,7 +385,7 @@ ssize_t ss_move_send(struct ss_sock *s, const struct iovec *iov, int n, int flag
 		r = (ssize_t)ss_hold_append(s, iov, n);
 		if (r == 0 && ss_iov_total(iov, n))
 			r = -EAGAIN;
-		ss_move_step(s);
+		move_step(s, false);
 	} else {
 		struct msghdr mh = {.msg_iov = (struct iovec *)iov, .msg_iovlen = (size_t)n};
 
@@ -387,7 +407,7 @@ short ss_move_wait_events(struct ss_sock *s, bool out)
 	short ev = 0;
 
 	pthread_mutex_lock(&s->lock);
-	ss_move_step(s);
+	move_step(s, false);
 	if (ss_sock_state(s) == SS_SOCK_LATE) {
 		/* Holding: the move's end is looked for between slices (and by the progress
 		 * thread). */
