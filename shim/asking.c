@@ -67,26 +67,17 @@ static void asking_plain(struct ss_sock *s, enum ss_reason why)
  */
 static bool asking_flush(struct ss_sock *s)
 {
-	int err = 0;
+	int err = ss_hold_to_tcp(s);
 
-	while (s->hold_len) {
-		ssize_t n =
-			ss_real.send(s->tcp_fd, s->hold, s->hold_len, MSG_DONTWAIT | MSG_NOSIGNAL);
-
-		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-			/* The rest as the socket drains, whether or not the application calls. */
-			ss_bg_watch(s, EPOLLOUT);
-			return true;
-		}
-		if (n < 0) {
-			err = errno;
-			/* The application is told, as by TCP: no warning of ours on its stderr. */
-			ss_log_info("fd %d: %zu held bytes not sent: %s", s->fds[0], s->hold_len,
-				    strerror(err));
-			break;
-		}
-		ss_hold_drop_front(s, (size_t)n);
+	if (err == -EAGAIN) {
+		/* The rest as the socket drains, whether or not the application calls. */
+		ss_bg_watch(s, EPOLLOUT);
+		return true;
 	}
+	if (err)
+		/* The application is told, as by TCP: no warning of ours on its stderr. */
+		ss_log_info("fd %d: %zu held bytes not sent: %s", s->fds[0], s->hold_len,
+			    strerror(err));
 	ss_flush_end(s, err);
 	asking_plain(s, s->reason);
 	return false;

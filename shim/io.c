@@ -329,77 +329,6 @@ static int io_wait_asking(struct ss_sock *s, int fd, bool out, struct io_sig *si
 }
 
 /*
- * A LATE socket (moving.c), whose fd is its own TCP socket until a move
- * puts our socketpair there: the kernel's poll for what the reader (out:
- * writer) and the move wait for, in slices (the move may end by another
- * thread's hand, and a move's end changes the object under fd), within
- * SO_RCVTIMEO (out: SO_SNDTIMEO). Returns 0 (look again), -EAGAIN or
- * -EINTR.
- */
-static int io_wait_late(struct ss_sock *s, int fd, bool out)
-{
-	struct io_sig sig = io_sig_now();
-	int timeo = io_timeout_ms(s, out), slice = 1;
-	uint64_t end = timeo < 0 ? UINT64_MAX : ss_now_us() + (uint64_t)timeo * 1000;
-
-	for (;;) {
-		struct pollfd p = {.fd = fd, .events = ss_move_wait_events(s, out)};
-		int wait, r;
-
-		if (ss_sock_state(s) != SS_SOCK_LATE)
-			return 0;
-		if ((wait = io_slice_ms(end, slice)) == 0)
-			return -EAGAIN;
-		r = ss_real.poll(&p, 1, wait);
-		if (r > 0)
-			return 0;
-		if (r < 0 && errno != EINTR)
-			return -errno;
-		if (r < 0 && ss_sig_any() != sig.any && io_sig_ends_wait(&sig, timeo))
-			return -EINTR;
-		slice = slice < IO_FIRST_SLICE_MAX_MS ? 2 * slice : IO_FIRST_SLICE_MAX_MS;
-	}
-}
-
-/*
- * A read of a LATE socket: peeked and taken (moving.c), waiting as TCP's
- * read would, all of it with MSG_WAITALL. Returns the count, -SS_REDO when
- * the socket moved on, or -errno.
- */
-static ssize_t io_late_recv(struct ss_sock *s, int fd, const struct iovec *iov, int n, int flags)
-{
-	struct io_vec local;
-	size_t want = ss_iov_total(iov, n), got = 0;
-	ssize_t r;
-
-	/* Urgent data is the application's: the connection stays on TCP for good first. */
-	if (flags & MSG_OOB) {
-		ss_move_pin(s);
-		return ss_sock_state(s) == SS_SOCK_LATE ? -EINVAL : -SS_REDO;
-	}
-	if ((r = io_vec_copy(&local, iov, n)))
-		return r;
-	for (;;) {
-		r = ss_move_recv(s, local.v, local.n, flags);
-		if (r > 0) {
-			got += (size_t)r;
-			io_iov_advance(local.v, local.n, (size_t)r);
-			if ((flags & (MSG_WAITALL | MSG_PEEK)) == MSG_WAITALL && got < want &&
-			    io_would_wait(s, fd, flags))
-				continue;
-			break;
-		}
-		if (r == -EAGAIN && io_would_wait(s, fd, flags) &&
-		    (r = io_wait_late(s, fd, false)) == 0)
-			continue;
-		break;
-	}
-	io_vec_free(&local);
-	/* What came before a move's end, an error or a signal is the call's answer. */
-	return got ? (ssize_t)got : r;
-}
-
-/*
  * Sleeps until the application's fd (our socketpair end) shows what the
  * caller waits for: a blocking call on that end that ends when it does: a
  * peek at the readable token (or end of file), or a one-byte write that
@@ -469,18 +398,18 @@ void ss_io_forget_if_plain(struct ss_sock *s)
 	pthread_mutex_unlock(&s->lock);
 }
 
-/* A read's wait for bytes in slices of the kernel's poll, as the read would wait. */
+/* A call's wait in slices of the kernel's poll, as the call would wait. */
 struct io_slices {
 	struct ss_sock *s;
 	struct io_sig *sig;
-	int timeo;    /* SO_RCVTIMEO, ms (-1: none) */
+	int timeo;    /* SO_RCVTIMEO (a writer's: SO_SNDTIMEO), ms (-1: none) */
 	uint64_t end; /* when it passes, us */
 	int slice;    /* the next slice's length, ms */
 };
 
-static struct io_slices io_slices_begin(struct ss_sock *s, struct io_sig *sig)
+static struct io_slices io_slices_begin(struct ss_sock *s, struct io_sig *sig, bool out)
 {
-	int timeo = io_timeout_ms(s, false);
+	int timeo = io_timeout_ms(s, out);
 
 	return (struct io_slices){s, sig, timeo,
 				  timeo < 0 ? UINT64_MAX : ss_now_us() + (uint64_t)timeo * 1000, 1};
@@ -488,16 +417,16 @@ static struct io_slices io_slices_begin(struct ss_sock *s, struct io_sig *sig)
 
 /*
  * One slice (doubling from 1 ms to IO_FIRST_SLICE_MAX_MS) of the wait for
- * fd to be readable. Returns 1 (readable), 0 (the slice passed: look at
- * the state again), -EAGAIN (SO_RCVTIMEO passed), -EINTR (a signal
+ * fd to show events (0: time only). Returns 1 (shown), 0 (the slice
+ * passed: look at the state again), -EAGAIN (the timeout passed), -EINTR (a signal
  * handler ran since the call began and ends the read, as the kernel's),
  * -EBADF (another thread closed fd meanwhile: its number may name another
  * file now; the kernel's read would go on with the old one, which a wait
  * by number cannot) or -errno.
  */
-static int io_slice_wait(struct io_slices *sl, int fd)
+static int io_slice_wait(struct io_slices *sl, int fd, short events)
 {
-	struct pollfd p = {.fd = fd, .events = POLLIN};
+	struct pollfd p = {.fd = fd, .events = events};
 	int wait = io_slice_ms(sl->end, sl->slice), r;
 	struct ss_sock *now;
 
@@ -534,15 +463,76 @@ static int io_slice_wait(struct io_slices *sl, int fd)
  */
 static int io_wait_first_bytes(struct ss_sock *s, int fd, struct io_sig *sig)
 {
-	struct io_slices sl = io_slices_begin(s, sig);
+	struct io_slices sl = io_slices_begin(s, sig, false);
 	int r = 0;
 
 	while (ss_sock_state(s) == SS_SOCK_ACCEPTED && r == 0) {
 		if (sl.slice == 1)
 			ss_test_delay(SS_TP_FIRST_READ);
-		r = io_slice_wait(&sl, fd);
+		r = io_slice_wait(&sl, fd, POLLIN);
 	}
 	return r > 0 ? 0 : r;
+}
+
+/*
+ * A LATE socket (moving.c), whose fd is its own TCP socket until a move
+ * puts our socketpair there: what the reader (out: writer) and the move
+ * wait for, in slices (the move may end by another thread's hand, and a
+ * move's end changes the object under fd), as the call would wait.
+ * Returns 0 (look again), -EAGAIN (timeout), -EINTR or -errno.
+ */
+static int io_wait_late(struct ss_sock *s, int fd, bool out)
+{
+	struct io_sig sig = io_sig_now();
+	struct io_slices sl = io_slices_begin(s, &sig, out);
+
+	for (;;) {
+		short events = ss_move_wait_events(s, out);
+		int r;
+
+		if (ss_sock_state(s) != SS_SOCK_LATE)
+			return 0;
+		if ((r = io_slice_wait(&sl, fd, events)) != 0)
+			return r > 0 ? 0 : r;
+	}
+}
+
+/*
+ * A read of a LATE socket: peeked and taken (moving.c), waiting as TCP's
+ * read would, all of it with MSG_WAITALL. Returns the count, -SS_REDO when
+ * the socket moved on, or -errno.
+ */
+static ssize_t io_late_recv(struct ss_sock *s, int fd, const struct iovec *iov, int n, int flags)
+{
+	struct io_vec local;
+	size_t want = ss_iov_total(iov, n), got = 0;
+	ssize_t r;
+
+	/* Urgent data is the application's: the connection stays on TCP for good first. */
+	if (flags & MSG_OOB) {
+		ss_move_pin(s);
+		return ss_sock_state(s) == SS_SOCK_LATE ? -EINVAL : -SS_REDO;
+	}
+	if ((r = io_vec_copy(&local, iov, n)))
+		return r;
+	for (;;) {
+		r = ss_move_recv(s, local.v, local.n, flags);
+		if (r > 0) {
+			got += (size_t)r;
+			io_iov_advance(local.v, local.n, (size_t)r);
+			if ((flags & (MSG_WAITALL | MSG_PEEK)) == MSG_WAITALL && got < want &&
+			    io_would_wait(s, fd, flags))
+				continue;
+			break;
+		}
+		if (r == -EAGAIN && io_would_wait(s, fd, flags) &&
+		    (r = io_wait_late(s, fd, false)) == 0)
+			continue;
+		break;
+	}
+	io_vec_free(&local);
+	/* What came before a move's end, an error or a signal is the call's answer. */
+	return got ? (ssize_t)got : r;
 }
 
 /* Decides an accepted connection at a read: waits as the read would. */
@@ -595,7 +585,7 @@ void ss_io_decide_for_write(struct ss_sock *s, int fd)
 static int io_strip_for_read(struct ss_sock *s, int fd, int flags)
 {
 	struct io_sig sig = io_sig_now();
-	struct io_slices sl = io_slices_begin(s, &sig);
+	struct io_slices sl = io_slices_begin(s, &sig, false);
 	int ret;
 
 	if (flags & (MSG_ERRQUEUE | MSG_OOB))
@@ -618,7 +608,7 @@ static int io_strip_for_read(struct ss_sock *s, int fd, int flags)
 			ss_real.poll(NULL, 0, 1);
 			continue;
 		}
-		ret = io_slice_wait(&sl, fd);
+		ret = io_slice_wait(&sl, fd, POLLIN);
 		if (ret < 0)
 			return ret;
 	}

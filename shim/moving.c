@@ -90,11 +90,7 @@ static const struct ss_late_hooks move_hooks = {
 
 static void move_drop(struct ss_sock *s)
 {
-	if (s->late) {
-		ss_lateio_free(s->late);
-		free(s->late);
-		s->late = NULL;
-	}
+	ss_move_free(s);
 	if (s->conn && ss_sock_state(s) != SS_SOCK_UPGRADED) {
 		ss_tp->conn_destroy(s->conn); /* never started: no call can hold it */
 		s->conn = NULL;
@@ -146,9 +142,7 @@ static void move_to_rdma(struct ss_sock *s)
 			     s->fds[0]);
 		ss_tp->conn_peer_gone(s->conn);
 	}
-	ss_lateio_free(x);
-	free(x);
-	s->late = NULL;
+	ss_move_free(s);
 	/* Both QPs receive: the client sent READY, the server read it. */
 	s->committed = true;
 	ss_start_upgraded(s, &s->late_peer);
@@ -160,20 +154,10 @@ static void move_to_rdma(struct ss_sock *s)
  */
 static bool move_flush(struct ss_sock *s)
 {
-	int err = 0;
+	int err = ss_hold_to_tcp(s);
 
-	while (s->hold_len) {
-		ssize_t n =
-			ss_real.send(s->tcp_fd, s->hold, s->hold_len, MSG_DONTWAIT | MSG_NOSIGNAL);
-
-		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
-			return true;
-		if (n < 0) {
-			err = errno;
-			break;
-		}
-		ss_hold_drop_front(s, (size_t)n);
-	}
+	if (err == -EAGAIN)
+		return true;
 	if (s->hold_len || err || s->shut_wr_held) {
 		free(s->hold);
 		s->hold = NULL;
@@ -283,7 +267,6 @@ bool ss_move_enter(struct ss_sock *s, int fd, bool client, uint32_t nonce)
 		return false;
 	ss_lateio_init(x, &ss_real_io, s->tcp_fd, client, nonce, &move_hooks, s);
 	s->late = x;
-	s->late_client = client;
 	s->nonce = nonce;
 	s->late_born_ms = ss_now_coarse_ms();
 	s->late_bytes = s->late_calls = 0;

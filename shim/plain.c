@@ -37,6 +37,23 @@ size_t ss_hold_append(struct ss_sock *s, const struct iovec *iov, int n)
 	return taken;
 }
 
+int ss_hold_to_tcp(struct ss_sock *s)
+{
+	while (s->hold_len) {
+		ssize_t n =
+			ss_real.send(s->tcp_fd, s->hold, s->hold_len, MSG_DONTWAIT | MSG_NOSIGNAL);
+
+		if (n > 0) {
+			ss_hold_drop_front(s, (size_t)n);
+			continue;
+		}
+		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
+			return -EAGAIN;
+		return n < 0 ? errno : 0;
+	}
+	return 0;
+}
+
 void ss_hold_to_conn(struct ss_sock *s)
 {
 	uint64_t end = ss_deadline_in(SS_HOLD_TO_CONN_MS);
@@ -164,7 +181,7 @@ void ss_flush_end(struct ss_sock *s, int err)
 
 int ss_fallback_flush(struct ss_sock *s)
 {
-	int err = 0;
+	int err;
 
 	/* After a live downgrade: the TCP exchange first, then the held bytes. */
 	if (s->down && ss_down_step(s) != 0) {
@@ -172,24 +189,13 @@ int ss_fallback_flush(struct ss_sock *s)
 		ss_mirror_show(s, s->hold_len < s->hold_max ? SS_RDY_OUT : 0);
 		return -EAGAIN;
 	}
-	while (s->hold_len) {
-		ssize_t n =
-			ss_real.send(s->tcp_fd, s->hold, s->hold_len, MSG_DONTWAIT | MSG_NOSIGNAL);
-
-		if (n > 0) {
-			memmove(s->hold, s->hold + n, s->hold_len - (size_t)n);
-			s->hold_len -= (size_t)n;
-			continue;
-		}
-		if (n < 0 && (errno == EAGAIN || errno == EINTR)) {
-			ss_bg_watch(s, EPOLLOUT);
-			ss_mirror_show(s, s->hold_len < s->hold_max ? SS_RDY_OUT : 0);
-			return -EAGAIN;
-		}
-		/* The connection broke: its error is the application's (ss_flush_end). */
-		err = n < 0 ? errno : 0;
-		break;
+	err = ss_hold_to_tcp(s);
+	if (err == -EAGAIN) {
+		ss_bg_watch(s, EPOLLOUT);
+		ss_mirror_show(s, s->hold_len < s->hold_max ? SS_RDY_OUT : 0);
+		return -EAGAIN;
 	}
+	/* The connection broke: its error is the application's (ss_flush_end). */
 	free(s->hold);
 	s->hold = NULL;
 	s->hold_len = 0;

@@ -491,6 +491,14 @@ void ss_fallback_enter(struct ss_sock *s, enum ss_reason why);
 int ss_hold_reserve(struct ss_sock *s, size_t max);
 
 /*
+ * The held bytes go to s->tcp_fd, as much as it takes now (lock held).
+ * Returns 0 when all went (or the socket took nothing and said nothing),
+ * -EAGAIN while bytes wait for room, or the errno of the send that failed
+ * (what is left stays held).
+ */
+int ss_hold_to_tcp(struct ss_sock *s);
+
+/*
  * The held bytes go over s->conn (started; lock held), all of them: a dry
  * send pool is waited for, the CQs polled meanwhile, for at most
  * SS_HOLD_TO_CONN_MS; beyond, or on an error, the connection is reset

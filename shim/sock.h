@@ -144,7 +144,6 @@ struct ss_sock {
 	struct ss_lateio *late;
 	uint64_t late_born_ms, late_bytes, late_calls;
 	struct ss_params late_peer; /* the peer's HELLO (server) or ACCEPT (client) */
-	bool late_client;
 	/* FALLBACK: a live downgrade's TCP exchange to finish first (down.c) */
 	struct ss_down *down;
 	atomic_bool down_wanted; /* the operator asked for a downgrade (ctlchan.c) */
