@@ -76,22 +76,6 @@ static bool nonblocking(int fd)
 	return fcntl(fd, F_GETFL) & O_NONBLOCK;
 }
 
-static void write_all(int fd, const uint8_t *p, size_t len)
-{
-	while (len) {
-		ssize_t n = write(fd, p, len);
-
-		if (n < 0 && (errno == EAGAIN || errno == EINTR)) {
-			wait_for(fd, POLLOUT);
-			continue;
-		}
-		if (n <= 0)
-			prog_die("write");
-		p += n;
-		len -= (size_t)n;
-	}
-}
-
 /* Reads exactly len bytes (fewer only at end of file or a reset: the count is returned). */
 static size_t read_full(int fd, uint8_t *buf, size_t len)
 {
@@ -169,7 +153,7 @@ static bool serve(int c, size_t bytes, bool greet)
 	}
 	check(buf, bytes, 1, "request");
 	status_snap("server");
-	write_all(c, buf, bytes);
+	prog_write_all(c, buf, bytes);
 	if (read_full(c, buf, 1) != 0) {
 		fprintf(stderr, "hs_check: server: bytes after the request\n");
 		exit(1);
@@ -249,7 +233,7 @@ static void run_client(const char *addr, int port, size_t bytes, bool nb, bool g
 	}
 	for (size_t i = 0; i < bytes; i++)
 		buf[i] = pattern(i, 1);
-	write_all(s, buf, bytes);
+	prog_write_all(s, buf, bytes);
 	memset(buf, 0, bytes);
 	if (read_full(s, buf, bytes) != bytes) {
 		fprintf(stderr, "hs_check: client: echo cut\n");
@@ -317,7 +301,7 @@ static void run_same(const char *addr, int port, size_t bytes)
 	pthread_mutex_unlock(&a.lock);
 	for (size_t i = 0; i < bytes; i++)
 		buf[i] = pattern(i, 1);
-	write_all(s, buf, bytes);
+	prog_write_all(s, buf, bytes);
 	memset(buf, 0, bytes);
 	if (read_full(s, buf, bytes) != bytes) {
 		fprintf(stderr, "hs_check: same: echo cut\n");

@@ -83,22 +83,6 @@ static void move_wait(int fd, short ev)
 		prog_die("poll");
 }
 
-static void move_write_all(int fd, const uint8_t *p, size_t len)
-{
-	while (len) {
-		ssize_t n = write(fd, p, len);
-
-		if (n < 0 && (errno == EAGAIN || errno == EINTR)) {
-			move_wait(fd, POLLOUT);
-			continue;
-		}
-		if (n <= 0)
-			prog_die("write");
-		p += n;
-		len -= (size_t)n;
-	}
-}
-
 static void move_read_full(int fd, uint8_t *buf, size_t len)
 {
 	size_t got = 0;
@@ -131,7 +115,7 @@ static void move_send_round(int fd, unsigned r, uint8_t *buf)
 	move_phase = "write";
 	for (size_t i = 0; i < len; i++)
 		buf[i] = move_pattern(i, r);
-	move_write_all(fd, buf, len);
+	prog_write_all(fd, buf, len);
 }
 
 static void move_check_round(int fd, unsigned r, uint8_t *buf)
@@ -208,7 +192,7 @@ static bool move_echo_some(int fd, uint8_t *buf, uint64_t *total)
 	if (n == 0)
 		return false;
 	move_phase = "write the echo";
-	move_write_all(fd, buf, (size_t)n);
+	prog_write_all(fd, buf, (size_t)n);
 	move_phase = "wait";
 	*total += (uint64_t)n;
 	return true;
