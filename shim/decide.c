@@ -208,7 +208,9 @@ void ss_publish(struct ss_sock *s)
 /* Runs what the socket's state needs; lock held. Returns the events to watch next (0: none). */
 static unsigned decide_bg_run(struct ss_sock *s)
 {
-	switch (ss_sock_state(s)) {
+	int st = ss_sock_state(s);
+
+	switch (st) {
 	case SS_SOCK_CONNECTING:
 	case SS_SOCK_RECONNECTING:
 	case SS_SOCK_PROBING:
@@ -240,6 +242,9 @@ static unsigned decide_bg_run(struct ss_sock *s)
 	case SS_SOCK_LATE: ss_move_step(s); break;
 	default: return 0;
 	}
+	/* Just on TCP: watched only from its first look (moving.c, ss_move_enter). */
+	if (st != SS_SOCK_LATE && ss_sock_state(s) == SS_SOCK_LATE)
+		return 0;
 	switch (ss_sock_state(s)) {
 	case SS_SOCK_CONNECTING:
 	case SS_SOCK_RECONNECTING: return EPOLLOUT;
@@ -333,6 +338,15 @@ void ss_bg_kick(struct ss_sock *s, uint64_t at)
 {
 	if (s->bg)
 		ss_tp->worker_timer_arm(ss_w, &s->kick, at);
+}
+
+void ss_bg_rest(struct ss_sock *s, uint64_t at)
+{
+	if (!s->bg)
+		return;
+	ss_tp->worker_unwatch(ss_w, &s->watch);
+	ss_tp->worker_timer_cancel(ss_w, &s->kick);
+	ss_tp->worker_timer_arm(ss_w, &s->kick, at);
 }
 
 void ss_bg_watch(struct ss_sock *s, unsigned events)

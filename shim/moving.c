@@ -251,9 +251,14 @@ void ss_move_step(struct ss_sock *s)
 
 /* ---- entering, and what the waits wait for ---- */
 
+/* The progress thread's first look at a connection on TCP: a peer with the default thresholds
+ * (SRQSHIM_MOVE_AFTER_MS) marks no sooner. */
+#define MOVE_FIRST_LOOK_MS 50
+
 bool ss_move_enter(struct ss_sock *s, int fd, bool client, uint32_t nonce)
 {
 	struct ss_lateio *x;
+	int look;
 
 	if (ss_cfg.move_after_ms < 0 || s->n_fds == 0 || s->shut_wr || s->shut_wr_held ||
 	    atomic_load(&s->shut_rd) || atomic_load(&s->plain_err) || s->strip != SS_STRIP_NONE ||
@@ -275,8 +280,21 @@ bool ss_move_enter(struct ss_sock *s, int fd, bool client, uint32_t nonce)
 	ss_sock_set_state(s, SS_SOCK_LATE);
 	ss_log_info("fd %d: on TCP, may move (%s, private name %d)", s->fds[0],
 		    client ? "client" : "server", s->tcp_fd);
-	/* The peer's mark, whether or not the application reads. */
-	ss_bg_watch(s, EPOLLPRI);
+	/*
+	 * The peer's mark, whether or not the application reads: the progress
+	 * thread looks once the connection is MOVE_FIRST_LOOK_MS old (or our
+	 * own SRQSHIM_MOVE_AFTER_MS, if sooner), and watches from then on
+	 * (decide.c). Not before: a short connection costs it no watch and
+	 * no look (its timer is cancelled when the socket goes). The
+	 * application's own reads find an earlier
+	 * mark at the head; one that waits without reading leaves a peer that
+	 * moves sooner waiting for that look. The look is on a multiple of
+	 * SS_NUDGE_MS (connections share the wake-up), after the age on the
+	 * precise clock (the coarse one lags it by a tick).
+	 */
+	look = ss_cfg.move_after_ms < MOVE_FIRST_LOOK_MS ? ss_cfg.move_after_ms
+							 : MOVE_FIRST_LOOK_MS;
+	ss_bg_rest(s, ((s->late_born_ms + (uint64_t)look) / SS_NUDGE_MS + 2) * SS_NUDGE_MS);
 	return true;
 }
 

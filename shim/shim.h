@@ -163,6 +163,12 @@ void ss_bg_stop_private(struct ss_sock *s);
  */
 void ss_bg_kick(struct ss_sock *s, uint64_t at);
 
+/*
+ * The progress thread stops watching s and looks at it next at (ms), not
+ * before (a look asked for earlier is dropped). Lock held.
+ */
+void ss_bg_rest(struct ss_sock *s, uint64_t at);
+
 /* Watches s->tcp_fd for events (EPOLLIN/EPOLLOUT) on the progress thread, once (re-armed by its
  * run). */
 void ss_bg_watch(struct ss_sock *s, unsigned events);
