@@ -109,10 +109,10 @@ const struct ss_option ss_options[] = {
 		    "how connections are carried: srq (RDMA, receives from one shared receive "
 		    "queue and pool per process), rq (RDMA, a private receive queue and buffers "
 		    "per connection) or tcp (never upgrade)"),
-	ENUM_OPTION("START", start, "rdma", starts,
-		    "client: where a connection starts: rdma (upgraded at connect when the server "
-		    "agrees) or tcp (the server answers LATER, and the connection moves to RDMA "
-		    "once SRQSHIM_MOVE_AFTER_* say it is worth it)"),
+	ENUM_OPTION("START", start, "tcp", starts,
+		    "client: where a connection starts: tcp (the server answers LATER, and the "
+		    "connection moves to RDMA once SRQSHIM_MOVE_AFTER_* say it is worth it) or "
+		    "rdma (upgraded at connect when the server agrees)"),
 	ENUM_OPTION(
 		"LOG_LEVEL", log_level, "error", log_levels,
 		"messages written to stderr (never when stderr is a socket): none, error, warn, "

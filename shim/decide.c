@@ -174,25 +174,31 @@ void ss_become_plain(struct ss_sock *s, enum ss_reason why)
 	if (why != SS_REASON_NONE)
 		ss_log_info("fd %d: TCP (%s)", s->fds[0], ss_reason_str(why));
 	if (s->stat)
-		ss_stats_conn_fell_back(s->stat, why); /* it was upgraded */
+		/* Shown upgraded (it moves back), or on TCP while it might move (LATE). */
+		ss_stats_conn_set(s->stat, SS_ST_TCP, why, s->stat->state == SS_ST_UPGRADED);
 	else
 		ss_publish(s);
 }
 
 void ss_publish(struct ss_sock *s)
 {
-	struct ss_stats_conn *st;
+	struct ss_stats_conn *st = s->stat;
 	int state = ss_sock_state(s);
+	bool up = state == SS_SOCK_UPGRADED;
 
-	if (s->stat || (state != SS_SOCK_UPGRADED && state != SS_SOCK_PLAIN) ||
+	if ((!up && state != SS_SOCK_PLAIN && state != SS_SOCK_LATE) ||
 	    (state == SS_SOCK_PLAIN && s->reason == SS_REASON_NONE) || s->n_fds == 0)
 		return;
-	st = ss_stats_conn_open(s->fds[0], s->tcp_fd >= 0 ? s->tcp_fd : s->fds[0],
-				s->dst_len ? (const struct sockaddr *)&s->dst : NULL,
-				state == SS_SOCK_UPGRADED ? SS_ST_UPGRADED : SS_ST_TCP, s->reason);
-	if (!st)
+	if (st && (!up || st->state == SS_ST_UPGRADED))
+		return; /* shown as it is */
+	if (st)
+		/* Moved to RDMA: shown on TCP (LATE) until now. */
+		ss_stats_conn_set(st, SS_ST_UPGRADED, SS_REASON_NONE, false);
+	else if (!(st = ss_stats_conn_open(s->fds[0], s->tcp_fd >= 0 ? s->tcp_fd : s->fds[0],
+					   s->dst_len ? (const struct sockaddr *)&s->dst : NULL,
+					   up ? SS_ST_UPGRADED : SS_ST_TCP, s->reason)))
 		return;
-	if (state == SS_SOCK_UPGRADED) {
+	if (up) {
 		st->mode = ss_cfg.mode == SS_MODE_SRQ ? SS_RECV_SRQ : SS_RECV_RQ;
 		st->peer_mode = s->peer_mode;
 		st->tx_window = s->peer_window;
@@ -239,7 +245,11 @@ static unsigned decide_bg_run(struct ss_sock *s)
 		return ss_upgraded_tcp_event(s) ? EPOLLIN | EPOLLRDHUP : 0;
 	}
 	case SS_SOCK_FALLBACK: ss_fallback_flush(s); break;
-	case SS_SOCK_LATE: ss_move_step(s); break;
+	case SS_SOCK_LATE:
+		/* Its first look (or a later one): shown on TCP from here on (started-on-tcp). */
+		ss_publish(s);
+		ss_move_step(s);
+		break;
 	default: return 0;
 	}
 	/* Just on TCP: watched only from its first look (moving.c, ss_move_enter). */

@@ -169,14 +169,14 @@ out:
 	return c;
 }
 
-void ss_stats_conn_fell_back(struct ss_stats_conn *c, unsigned reason)
+void ss_stats_conn_set(struct ss_stats_conn *c, enum ss_stats_state st, unsigned reason, bool moved)
 {
 	pthread_mutex_lock(&pub_lock);
 	__atomic_store_n(&c->seq, c->seq + 1, __ATOMIC_RELEASE); /* odd: being rewritten */
 	__atomic_thread_fence(__ATOMIC_RELEASE);
-	c->state = SS_ST_TCP;
+	c->state = st;
 	c->reason = (uint16_t)reason;
-	c->moved_at = ss_wall_ms();
+	c->moved_at = moved ? ss_wall_ms() : 0;
 	__atomic_thread_fence(__ATOMIC_RELEASE);
 	__atomic_store_n(&c->seq, c->seq + 1, __ATOMIC_RELEASE);
 	pthread_mutex_unlock(&pub_lock);

@@ -138,7 +138,11 @@ void ss_start_upgraded(struct ss_sock *s, const struct ss_params *peer);
 /* The connection stays on TCP, why says why; the caller moves the bytes (plain.c). */
 void ss_become_plain(struct ss_sock *s, enum ss_reason why);
 
-/* A decided connection gets a slot in the published statistics. */
+/*
+ * A decided connection gets a slot in the published statistics, and so
+ * does one on TCP that may move (LATE), from the progress thread's first
+ * look at it (started-on-tcp); its move to RDMA shows it upgraded.
+ */
 void ss_publish(struct ss_sock *s);
 
 /* Sends m on s->tcp_fd (or fd); gives up after ms. Returns 0 or -errno. */

@@ -15,6 +15,7 @@
 #ifndef SS_SHIM_STATS_H
 #define SS_SHIM_STATS_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
@@ -107,8 +108,12 @@ uint64_t ss_stats_start_time(pid_t pid);
 struct ss_stats_conn *ss_stats_conn_open(int app_fd, int tcp_fd, const struct sockaddr *peer,
 					 enum ss_stats_state st, unsigned reason);
 
-/* The connection of slot went back to TCP (reason): it shows as such from now on. */
-void ss_stats_conn_fell_back(struct ss_stats_conn *slot, unsigned reason);
+/*
+ * The connection of slot shows as st (reason: for SS_ST_TCP) from now on;
+ * moved: it went back to TCP from RDMA now (moved_at).
+ */
+void ss_stats_conn_set(struct ss_stats_conn *slot, enum ss_stats_state st, unsigned reason,
+		       bool moved);
 
 /* Frees a slot (NULL accepted). */
 void ss_stats_conn_close(struct ss_stats_conn *slot);

@@ -8,7 +8,9 @@
 # side starts the move (client, server, both at once), the server's style
 # (blocking, epoll, an application that does not read while the client's
 # move comes), the client's (blocking, non-blocking with poll, a burst of
-# writes before any read), in each mode.
+# writes before any read), in each mode; and idle connections on TCP that may
+# move, listed by the status tool at both ends; redis-benchmark with the
+# defaults (its connections start on TCP and move).
 . "$(dirname "$0")/lib.sh"
 need_rdma
 
@@ -67,3 +69,54 @@ for mode in srq rq; do
 	# must still wake for the end that comes over RDMA.
 	move_case "the server's application asleep in epoll throughout" rdhup shut "$NEVER" "$AT_ONCE" $mode 3
 done
+
+# A connection on TCP that may move is shown by the status tool from the
+# progress thread's first look (50 ms), at both ends, while no application
+# calls: three idle connections that never move.
+for mode in srq rq; do
+	port=$((port + 1))
+	env LD_PRELOAD="$PRELOAD" SRQSHIM_MODE=$mode $NEVER "$BUILD/tools/idle_echo" server "$ADDR" $port \
+		> /dev/null 2>&1 &
+	spid=$!
+	wait_listen $port
+	mkfifo "$WORK/late.go"
+	exec 3<> "$WORK/late.go"
+	env LD_PRELOAD="$PRELOAD" SRQSHIM_MODE=$mode SRQSHIM_START=tcp $NEVER "$BUILD/tools/idle_echo" \
+		client "$ADDR" $port 3 1 1 < "$WORK/late.go" > "$WORK/late.out" 2>&1 &
+	cpid=$!
+	for _ in $(seq 1 100); do grep -q '^ready' "$WORK/late.out" && break; sleep 0.05; done
+	sleep 0.5
+	"$CTL" status --pid $spid --json > "$WORK/late.server" || fail "status of the server"
+	"$CTL" status --pid $cpid --json > "$WORK/late.client" || fail "status of the client"
+	echo go >&3
+	wait $cpid || { cat "$WORK/late.out"; fail "idle connections: client"; }
+	exec 3>&-
+	rm -f "$WORK/late.go"
+	kill $spid; wait $spid 2>/dev/null || true
+	want="tcp:started-on-tcp tcp:started-on-tcp tcp:started-on-tcp"
+	got_s=$(outcome "$WORK/late.server"); got_c=$(outcome "$WORK/late.client")
+	[ "$got_s" = "$want" ] && [ "$got_c" = "$want" ] ||
+		fail "$mode: idle connections on TCP: server shows '$got_s', client '$got_c', want '$want' each"
+	pass "$mode: three idle connections on TCP that may move, shown as such at both ends"
+done
+
+# The defaults (no SRQSHIM_START, no thresholds; the suite's environment
+# pins the upgrade at connect for the other tests): redis-benchmark's
+# connections start on TCP and move; the device carries most requests.
+port=$((port + 1))
+env -u SRQSHIM_START LD_PRELOAD="$PRELOAD" redis-server --bind "$ADDR" --port $port --save '' \
+	--appendonly no --protected-mode no > "$WORK/dflt.log" 2>&1 &
+spid=$!
+wait_listen $port
+pkts=$(rdma_pkts)
+env -u SRQSHIM_START LD_PRELOAD="$PRELOAD" redis-benchmark -h "$ADDR" -p $port -c 10 -n 20000 \
+	-t set,get --csv > "$WORK/dflt.csv" 2> "$WORK/dflt.err" || { cat "$WORK/dflt.err"; fail "defaults: redis-benchmark"; }
+pkts=$(($(rdma_pkts) - pkts))
+[ "$(env -u SRQSHIM_START LD_PRELOAD="$PRELOAD" redis-cli -h "$ADDR" -p $port set k:d v1)" = OK ] &&
+	[ "$(env -u SRQSHIM_START LD_PRELOAD="$PRELOAD" redis-cli -h "$ADDR" -p $port get k:d)" = v1 ] ||
+	fail "defaults: SET and GET after the benchmark"
+kill $spid; wait $spid 2>/dev/null || true
+grep -q '^"SET"' "$WORK/dflt.csv" && grep -q '^"GET"' "$WORK/dflt.csv" || fail "defaults: benchmark results"
+# 40,000 requests: a request and its reply are at least two packets once moved.
+[ $pkts -gt 60000 ] || fail "defaults: only $pkts RDMA packets for 40,000 requests"
+pass "defaults: redis-benchmark -c 10 SET/GET, connections started on TCP and moved: $pkts RDMA packets"
