@@ -374,7 +374,9 @@ bool ss_upgraded_tcp_event(struct ss_sock *s)
 	size_t used;
 
 	for (;;) {
-		switch (ss_hs_peek(&ss_real_io, s->tcp_fd, &m, 0, NULL, &used)) {
+		enum ss_hs_read_result r = ss_hs_peek(&ss_real_io, s->tcp_fd, &m, 0, NULL, &used);
+
+		switch (r) {
 		case SS_HSR_MSG:
 			/* After READY (ours, or the client's before any of the server's). */
 			if (m.nonce == s->nonce &&
@@ -411,7 +413,8 @@ bool ss_upgraded_tcp_event(struct ss_sock *s)
 		case SS_HSR_ERROR:
 			ss_log_info("fd %d: the TCP side of an upgraded connection ended (%s): so "
 				    "does the connection",
-				    s->fds[0], errno ? strerror(errno) : "end of stream");
+				    s->fds[0],
+				    r == SS_HSR_ERROR ? strerror(errno) : "end of stream");
 			ss_tp->conn_peer_gone(s->conn);
 			return false;
 		case SS_HSR_FOREIGN:
