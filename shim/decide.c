@@ -187,16 +187,15 @@ void ss_publish(struct ss_sock *s)
 	bool up = state == SS_SOCK_UPGRADED;
 
 	if ((!up && state != SS_SOCK_PLAIN && state != SS_SOCK_LATE) ||
-	    (state == SS_SOCK_PLAIN && s->reason == SS_REASON_NONE) || s->n_fds == 0)
+	    (state == SS_SOCK_PLAIN && s->reason == SS_REASON_NONE))
 		return;
 	if (st && (!up || st->state == SS_ST_UPGRADED))
 		return; /* shown as it is */
-	if (st)
-		/* Moved to RDMA: shown on TCP (LATE) until now. */
-		ss_stats_conn_set(st, SS_ST_UPGRADED, SS_REASON_NONE, false);
-	else if (!(st = ss_stats_conn_open(s->fds[0], s->tcp_fd >= 0 ? s->tcp_fd : s->fds[0],
-					   s->dst_len ? (const struct sockaddr *)&s->dst : NULL,
-					   up ? SS_ST_UPGRADED : SS_ST_TCP, s->reason)))
+	/* A new slot needs a name to show; one shown already follows its move after a close. */
+	if (!st && (s->n_fds == 0 ||
+		    !(st = ss_stats_conn_open(s->fds[0], s->tcp_fd >= 0 ? s->tcp_fd : s->fds[0],
+					      s->dst_len ? (const struct sockaddr *)&s->dst : NULL,
+					      up ? SS_ST_UPGRADED : SS_ST_TCP, s->reason))))
 		return;
 	if (up) {
 		st->mode = ss_cfg.mode == SS_MODE_SRQ ? SS_RECV_SRQ : SS_RECV_RQ;
@@ -204,6 +203,10 @@ void ss_publish(struct ss_sock *s)
 		st->tx_window = s->peer_window;
 		st->rx_window = (uint32_t)(ss_cfg.mode == SS_MODE_SRQ ? ss_cfg.srq_window
 								      : ss_cfg.rq_depth);
+		/* Moved to RDMA, shown on TCP (LATE) until now: the state last, so that no
+		 * reader sees it upgraded without the fields above. */
+		if (st->state != SS_ST_UPGRADED)
+			ss_stats_conn_set(st, SS_ST_UPGRADED, SS_REASON_NONE, false);
 		ss_tp->conn_publish(s->conn, &st->st);
 	}
 	s->stat = st;

@@ -11,7 +11,8 @@
  *
  * Whoever comes first moves it on, under the socket's lock: the
  * application's reads and writes (io.c), its waits, or the progress thread,
- * which watches a private name of the socket (tcp_fd) for the peer's mark
+ * which looks at the connection once it is 50 ms old and from then on
+ * watches a private name of the socket (tcp_fd) for the peer's mark
  * (EPOLLPRI) and, while the move is under way, for its messages.
  */
 #include <errno.h>

@@ -168,8 +168,9 @@ void ss_bg_stop_private(struct ss_sock *s);
 void ss_bg_kick(struct ss_sock *s, uint64_t at);
 
 /*
- * The progress thread stops watching s and looks at it next at (ms), not
- * before (a look asked for earlier is dropped). Lock held.
+ * The progress thread stops watching s and looks at it next at (ms): a
+ * look asked for earlier is dropped, a kick asked for later may still
+ * bring it forward (ss_bg_kick never postpones). Lock held.
  */
 void ss_bg_rest(struct ss_sock *s, uint64_t at);
 

@@ -71,8 +71,8 @@ for mode in srq rq; do
 done
 
 # A connection on TCP that may move is shown by the status tool from the
-# progress thread's first look (50 ms), at both ends, while no application
-# calls: three idle connections that never move.
+# progress thread's first look (60-70 ms of age), at both ends, while no
+# application calls: three idle connections that never move.
 for mode in srq rq; do
 	port=$((port + 1))
 	env LD_PRELOAD="$PRELOAD" SRQSHIM_MODE=$mode $NEVER "$BUILD/tools/idle_echo" server "$ADDR" $port \
@@ -85,14 +85,16 @@ for mode in srq rq; do
 		client "$ADDR" $port 3 1 1 < "$WORK/late.go" > "$WORK/late.out" 2>&1 &
 	cpid=$!
 	for _ in $(seq 1 100); do grep -q '^ready' "$WORK/late.out" && break; sleep 0.05; done
+	grep -q '^ready' "$WORK/late.out" || { cat "$WORK/late.out"; fail "$mode: idle connections: the client is not ready"; }
 	sleep 0.5
-	"$CTL" status --pid $spid --json > "$WORK/late.server" || fail "status of the server"
-	"$CTL" status --pid $cpid --json > "$WORK/late.client" || fail "status of the client"
+	"$CTL" status --pid $spid --json > "$WORK/late.server" || { cat "$WORK/late.out"; fail "status of the server"; }
+	"$CTL" status --pid $cpid --json > "$WORK/late.client" || { cat "$WORK/late.out"; fail "status of the client"; }
 	echo go >&3
 	wait $cpid || { cat "$WORK/late.out"; fail "idle connections: client"; }
 	exec 3>&-
 	rm -f "$WORK/late.go"
-	kill $spid; wait $spid 2>/dev/null || true
+	kill $spid 2>/dev/null || true
+	wait $spid 2>/dev/null || true
 	want="tcp:started-on-tcp tcp:started-on-tcp tcp:started-on-tcp"
 	got_s=$(outcome "$WORK/late.server"); got_c=$(outcome "$WORK/late.client")
 	[ "$got_s" = "$want" ] && [ "$got_c" = "$want" ] ||
@@ -115,7 +117,8 @@ pkts=$(($(rdma_pkts) - pkts))
 [ "$(env -u SRQSHIM_START LD_PRELOAD="$PRELOAD" redis-cli -h "$ADDR" -p $port set k:d v1)" = OK ] &&
 	[ "$(env -u SRQSHIM_START LD_PRELOAD="$PRELOAD" redis-cli -h "$ADDR" -p $port get k:d)" = v1 ] ||
 	fail "defaults: SET and GET after the benchmark"
-kill $spid; wait $spid 2>/dev/null || true
+kill $spid 2>/dev/null || true
+wait $spid 2>/dev/null || true
 grep -q '^"SET"' "$WORK/dflt.csv" && grep -q '^"GET"' "$WORK/dflt.csv" || fail "defaults: benchmark results"
 # 40,000 requests: a request and its reply are at least two packets once moved.
 [ $pkts -gt 60000 ] || fail "defaults: only $pkts RDMA packets for 40,000 requests"
