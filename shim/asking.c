@@ -239,12 +239,12 @@ int ss_asking_connect(struct ss_sock *s, int fd)
 	if (ret == 0) {
 		s->reported = true;
 		if (ss_asking_step(s))
-			ss_bg_kick(s, ss_nudge_at());
+			ss_bg_kick(s, ss_nudge_at(ss_now_ms()));
 		return 0;
 	}
 	if (err == EINPROGRESS || err == EINTR) {
 		/* It goes on in the background: the application's next call, or the nudge. */
-		ss_bg_kick(s, ss_nudge_at());
+		ss_bg_kick(s, ss_nudge_at(ss_now_ms()));
 		return -err;
 	}
 	if (ss_sock_state(s) == SS_SOCK_ASKING) {

@@ -54,9 +54,9 @@ uint32_t ss_new_nonce(void)
 	return n;
 }
 
-uint64_t ss_nudge_at(void)
+uint64_t ss_nudge_at(uint64_t from_ms)
 {
-	return (ss_now_ms() / SS_NUDGE_MS + 2) * SS_NUDGE_MS;
+	return (from_ms / SS_NUDGE_MS + 2) * SS_NUDGE_MS;
 }
 
 uint64_t ss_deadline_in(int ms)
@@ -359,7 +359,7 @@ void ss_bg_rest(struct ss_sock *s, uint64_t at)
 		return;
 	ss_tp->worker_unwatch(ss_w, &s->watch);
 	ss_tp->worker_timer_cancel(ss_w, &s->kick);
-	ss_tp->worker_timer_arm(ss_w, &s->kick, at);
+	ss_bg_kick(s, at);
 }
 
 void ss_bg_watch(struct ss_sock *s, unsigned events)

@@ -285,17 +285,17 @@ bool ss_move_enter(struct ss_sock *s, int fd, bool client, uint32_t nonce)
 	 * The peer's mark, whether or not the application reads: the progress
 	 * thread looks once the connection is MOVE_FIRST_LOOK_MS old (or our
 	 * own SRQSHIM_MOVE_AFTER_MS, if sooner), and watches from then on
-	 * (decide.c). Not before: a short connection costs it no watch and
-	 * no look (its timer is cancelled when the socket goes). The
-	 * application's own reads find an earlier
-	 * mark at the head; one that waits without reading leaves a peer that
-	 * moves sooner waiting for that look. The look is on a multiple of
-	 * SS_NUDGE_MS (connections share the wake-up), after the age on the
-	 * precise clock (the coarse one lags it by a tick).
+	 * (decide.c). Not before: a short connection costs it no watch and no
+	 * look (its timer is cancelled when the socket goes). The
+	 * application's own reads find an earlier mark at the head; one that
+	 * waits without reading leaves a peer that moves sooner waiting for
+	 * that look. On the nudges' grid (connections share the wake-up),
+	 * after the age on the precise clock (the coarse one lags it by a
+	 * tick).
 	 */
 	look = ss_cfg.move_after_ms < MOVE_FIRST_LOOK_MS ? ss_cfg.move_after_ms
 							 : MOVE_FIRST_LOOK_MS;
-	ss_bg_rest(s, ((s->late_born_ms + (uint64_t)look) / SS_NUDGE_MS + 2) * SS_NUDGE_MS);
+	ss_bg_rest(s, ss_nudge_at(s->late_born_ms + (uint64_t)look));
 	return true;
 }
 

@@ -83,7 +83,7 @@ void ss_server_accepted(struct ss_sock *s, int fd)
 		s->tcp_fd = -1;
 		goto out;
 	}
-	ss_bg_kick(s, ss_nudge_at());
+	ss_bg_kick(s, ss_nudge_at(ss_now_ms()));
 out:
 	pthread_mutex_unlock(&s->lock);
 }

@@ -50,14 +50,15 @@ extern const struct ss_hs_io ss_real_io;
 
 /*
  * When the progress thread looks itself at a negotiation on the
- * application's own socket (ASKING, ACCEPTED) and then watches it: most
- * applications call at once and finish it alone, and a wake-up of that
- * thread per connection costs more than their call. At least
- * SS_NUDGE_MS from now, on a multiple of it, so that the looks of the
- * connections made meanwhile share one wake-up.
+ * application's own socket (ASKING, ACCEPTED: from now; LATE: from the age
+ * of its first look) and then watches it: most applications call at once
+ * and finish it alone, and a wake-up of that thread per connection costs
+ * more than their call. At least SS_NUDGE_MS after from_ms, on a multiple
+ * of it, so that the looks of the connections made meanwhile share one
+ * wake-up.
  */
 #define SS_NUDGE_MS 10
-uint64_t ss_nudge_at(void);
+uint64_t ss_nudge_at(uint64_t from_ms);
 
 /* Bytes a connection holds before its decision (writes beyond wait or fail with EAGAIN). */
 #define SS_HOLD_MAX (64u << 10)

@@ -105,17 +105,18 @@ done
 # The defaults (no SRQSHIM_START, no thresholds; the suite's environment
 # pins the upgrade at connect for the other tests): redis-benchmark's
 # connections start on TCP and move; the device carries most requests.
+DFLT=(env -u SRQSHIM_START LD_PRELOAD="$PRELOAD")
 port=$((port + 1))
-env -u SRQSHIM_START LD_PRELOAD="$PRELOAD" redis-server --bind "$ADDR" --port $port --save '' \
+"${DFLT[@]}" redis-server --bind "$ADDR" --port $port --save '' \
 	--appendonly no --protected-mode no > "$WORK/dflt.log" 2>&1 &
 spid=$!
 wait_listen $port
 pkts=$(rdma_pkts)
-env -u SRQSHIM_START LD_PRELOAD="$PRELOAD" redis-benchmark -h "$ADDR" -p $port -c 10 -n 20000 \
+"${DFLT[@]}" redis-benchmark -h "$ADDR" -p $port -c 10 -n 20000 \
 	-t set,get --csv > "$WORK/dflt.csv" 2> "$WORK/dflt.err" || { cat "$WORK/dflt.err"; fail "defaults: redis-benchmark"; }
 pkts=$(($(rdma_pkts) - pkts))
-[ "$(env -u SRQSHIM_START LD_PRELOAD="$PRELOAD" redis-cli -h "$ADDR" -p $port set k:d v1)" = OK ] &&
-	[ "$(env -u SRQSHIM_START LD_PRELOAD="$PRELOAD" redis-cli -h "$ADDR" -p $port get k:d)" = v1 ] ||
+[ "$("${DFLT[@]}" redis-cli -h "$ADDR" -p $port set k:d v1)" = OK ] &&
+	[ "$("${DFLT[@]}" redis-cli -h "$ADDR" -p $port get k:d)" = v1 ] ||
 	fail "defaults: SET and GET after the benchmark"
 kill $spid 2>/dev/null || true
 wait $spid 2>/dev/null || true
