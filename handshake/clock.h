@@ -45,6 +45,16 @@ static inline uint64_t ss_coarse_slack_ms(void)
 	return (uint64_t)res.tv_sec * 1000 + ((uint64_t)res.tv_nsec + 999999) / 1000000;
 }
 
+/*
+ * Whether deadline_ms (on the precise clock) is still ahead: the coarse
+ * reading answers while it is a tick or more away, so that only the last
+ * tick before a deadline costs a precise reading.
+ */
+static inline int ss_before_ms(uint64_t deadline_ms)
+{
+	return ss_now_coarse_ms() + ss_coarse_slack_ms() < deadline_ms || ss_now_ms() < deadline_ms;
+}
+
 /* Milliseconds since the epoch (CLOCK_REALTIME): moments shown to an operator. */
 static inline uint64_t ss_wall_ms(void)
 {

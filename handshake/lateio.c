@@ -166,8 +166,10 @@ static int lateio_take(struct ss_lateio *x)
 
 		if (r < 0)
 			return r; /* ours, not the peer's: nothing changes */
-		r = ss_urg_recv(x->io, x->fd, x->taken + x->taken_len, x->taken_cap - x->taken_len,
-				0, x->rules.state == SS_LATE_MARKED, &got);
+		r = ss_urg_recv(
+			x->io, x->fd, x->taken + x->taken_len, x->taken_cap - x->taken_len, 0,
+			x->rules.state == SS_LATE_MARKED ? SS_URG_LOOK_EACH : SS_URG_LOOK_EMPTY,
+			&got);
 		if (r == -EAGAIN)
 			return 0;
 		if (r == SS_URG_AT_MARK) {
@@ -266,7 +268,7 @@ static size_t lateio_give(struct ss_lateio *x, void *buf, size_t len, int flags)
 	return n;
 }
 
-int ss_lateio_read(struct ss_lateio *x, void *buf, size_t len, int flags, size_t *got_p)
+int ss_lateio_read(struct ss_lateio *x, void *buf, size_t len, int flags, bool lone, size_t *got_p)
 {
 	enum ss_late_state st = x->rules.state;
 	int r;
@@ -277,7 +279,11 @@ int ss_lateio_read(struct ss_lateio *x, void *buf, size_t len, int flags, size_t
 		return SS_LATEIO_BYTES;
 	}
 	if (st == SS_LATE_QUIET || st == SS_LATE_MARKED) {
-		r = ss_urg_recv(x->io, x->fd, buf, len, flags, st == SS_LATE_MARKED, got_p);
+		r = ss_urg_recv(x->io, x->fd, buf, len, flags,
+				st == SS_LATE_MARKED ? SS_URG_LOOK_EACH
+				: lone               ? SS_URG_LOOK_EMPTY
+						     : SS_URG_LOOK_END,
+				got_p);
 		if (r == SS_URG_BYTES && *got_p == 0 && !(flags & MSG_PEEK))
 			lateio_event(x, SS_LATE_EV_PEER_EOF, NULL);
 		if (r != SS_URG_AT_MARK)

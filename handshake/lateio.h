@@ -83,9 +83,11 @@ enum ss_lateio_read {
 
 /*
  * The application reads at most len bytes (flags: MSG_PEEK; others pass to
- * recv). Returns an ss_lateio_read, -ECONNRESET as ss_lateio_step(), or
- * -errno.
+ * recv). lone: when nothing is there, also look for the peer's lone mark
+ * (a system call); without it, such a read says SS_LATEIO_WAIT and the
+ * mark is found by a caller that saw POLLPRI and reads again with lone.
+ * Returns an ss_lateio_read, -ECONNRESET as ss_lateio_step(), or -errno.
  */
-int ss_lateio_read(struct ss_lateio *x, void *buf, size_t len, int flags, size_t *got_p);
+int ss_lateio_read(struct ss_lateio *x, void *buf, size_t len, int flags, bool lone, size_t *got_p);
 
 #endif

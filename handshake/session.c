@@ -3,23 +3,34 @@
 #include <errno.h>
 #include <sys/socket.h>
 
-static int remaining(uint64_t deadline_ms)
+/*
+ * A call's wait: wait_ms from the moment it first has to wait (0: never).
+ * The clock (a system call in some guests) is read only then: a message
+ * that goes or comes whole costs no reading.
+ */
+struct hs_wait {
+	int ms;
+	uint64_t end; /* 0 until the first wait */
+};
+
+static int remaining(struct hs_wait *w)
 {
 	uint64_t now;
 
-	if (deadline_ms == 0)
-		return 0; /* "do not wait": no clock reading (a system call in some guests) */
+	if (w->ms <= 0)
+		return 0;
 	now = ss_now_ms();
-
-	return deadline_ms > now ? (int)(deadline_ms - now) : 0;
+	if (w->end == 0)
+		w->end = now + (uint64_t)w->ms;
+	return w->end > now ? (int)(w->end - now) : 0;
 }
 
-/* Waits for events on fd until the deadline: 1 ready, 0 timed out, -errno. */
-static int wait_fd(const struct ss_hs_io *io, int fd, short events, uint64_t deadline_ms)
+/* Waits for events on fd within w: 1 ready, 0 timed out, -errno. */
+static int wait_fd(const struct ss_hs_io *io, int fd, short events, struct hs_wait *w)
 {
 	for (;;) {
 		struct pollfd p = {.fd = fd, .events = events};
-		int n = io->poll(&p, 1, remaining(deadline_ms));
+		int n = io->poll(&p, 1, remaining(w));
 
 		if (n > 0)
 			return 1;
@@ -30,8 +41,9 @@ static int wait_fd(const struct ss_hs_io *io, int fd, short events, uint64_t dea
 	}
 }
 
-int ss_hs_write(const struct ss_hs_io *io, int fd, const struct ss_msg *m, uint64_t deadline_ms)
+int ss_hs_write(const struct ss_hs_io *io, int fd, const struct ss_msg *m, int wait_ms)
 {
+	struct hs_wait w = {.ms = wait_ms};
 	uint8_t buf[SS_HELLO_MAX_LEN];
 	int len = ss_msg_encode(m, buf, sizeof(buf));
 	size_t off = 0;
@@ -47,18 +59,19 @@ int ss_hs_write(const struct ss_hs_io *io, int fd, const struct ss_msg *m, uint6
 		}
 		if (n < 0 && errno != EAGAIN && errno != EINTR)
 			return -errno;
-		int w = wait_fd(io, fd, POLLOUT, deadline_ms);
-		if (w == 0)
+		int r = wait_fd(io, fd, POLLOUT, &w);
+		if (r == 0)
 			return -ETIMEDOUT;
-		if (w < 0)
-			return w;
+		if (r < 0)
+			return r;
 	}
 	return 0;
 }
 
-enum ss_hs_read_result ss_hs_peek(const struct ss_hs_io *io, int fd, struct ss_msg *m,
-				  uint64_t deadline_ms, enum ss_dec_result *dec_p, size_t *used_p)
+enum ss_hs_read_result ss_hs_peek(const struct ss_hs_io *io, int fd, struct ss_msg *m, int wait_ms,
+				  enum ss_dec_result *dec_p, size_t *used_p)
 {
+	struct hs_wait w = {.ms = wait_ms};
 	uint8_t buf[SS_HELLO_MAX_LEN];
 	size_t last_len = 0;
 
@@ -86,11 +99,11 @@ enum ss_hs_read_result ss_hs_peek(const struct ss_hs_io *io, int fd, struct ss_m
 			}
 		}
 		/* Nothing, or a partial message: wait for more bytes. */
-		if (remaining(deadline_ms) == 0)
+		if (remaining(&w) == 0)
 			return n > 0 ? SS_HSR_PARTIAL : SS_HSR_TIMEOUT;
 		if (n <= 0) {
-			int w = wait_fd(io, fd, POLLIN, deadline_ms);
-			if (w < 0)
+			int r = wait_fd(io, fd, POLLIN, &w);
+			if (r < 0)
 				return SS_HSR_ERROR;
 			continue;
 		}
@@ -109,11 +122,11 @@ int ss_hs_consume(const struct ss_hs_io *io, int fd, size_t used)
 	return io->recv(fd, buf, used, MSG_DONTWAIT) == (ssize_t)used ? 0 : -EIO;
 }
 
-enum ss_hs_read_result ss_hs_read(const struct ss_hs_io *io, int fd, struct ss_msg *m,
-				  uint64_t deadline_ms, enum ss_dec_result *dec_p)
+enum ss_hs_read_result ss_hs_read(const struct ss_hs_io *io, int fd, struct ss_msg *m, int wait_ms,
+				  enum ss_dec_result *dec_p)
 {
 	size_t used;
-	enum ss_hs_read_result r = ss_hs_peek(io, fd, m, deadline_ms, dec_p, &used);
+	enum ss_hs_read_result r = ss_hs_peek(io, fd, m, wait_ms, dec_p, &used);
 
 	if (r == SS_HSR_MSG && ss_hs_consume(io, fd, used) != 0)
 		return SS_HSR_ERROR;

@@ -26,30 +26,30 @@ enum ss_hs_read_result {
 	SS_HSR_FOREIGN, /* the next bytes are not a handshake message; nothing taken */
 	SS_HSR_BAD,     /* our magic, but malformed or unsupported; nothing taken */
 	SS_HSR_EOF,     /* the peer closed before any message */
-	SS_HSR_TIMEOUT, /* the deadline passed first, with nothing there */
-	SS_HSR_PARTIAL, /* the deadline passed first, part of a message there (it stays) */
+	SS_HSR_TIMEOUT, /* the wait passed first, with nothing there */
+	SS_HSR_PARTIAL, /* the wait passed first, part of a message there (it stays) */
 	SS_HSR_ERROR,   /* the connection failed (reset, ...) */
 };
 
 /*
- * Deadlines are ms on the one clock; 0 means "do not wait" (and reads no
- * clock).
+ * wait_ms: how long a call may wait, from the moment it first has to; 0
+ * means "do not wait". The clock is read only when the call waits.
  */
 
-/* Writes m completely before deadline_ms. Returns 0, -ETIMEDOUT or -errno. */
-int ss_hs_write(const struct ss_hs_io *io, int fd, const struct ss_msg *m, uint64_t deadline_ms);
+/* Writes m completely within wait_ms. Returns 0, -ETIMEDOUT or -errno. */
+int ss_hs_write(const struct ss_hs_io *io, int fd, const struct ss_msg *m, int wait_ms);
 
 /*
- * Waits until deadline_ms for the next bytes of fd and classifies them;
+ * Waits up to wait_ms for the next bytes of fd and classifies them;
  * on SS_HSR_MSG the message is consumed. *dec_p (may be NULL) receives the
  * decoder's verdict for SS_HSR_BAD.
  */
-enum ss_hs_read_result ss_hs_read(const struct ss_hs_io *io, int fd, struct ss_msg *m,
-				  uint64_t deadline_ms, enum ss_dec_result *dec_p);
+enum ss_hs_read_result ss_hs_read(const struct ss_hs_io *io, int fd, struct ss_msg *m, int wait_ms,
+				  enum ss_dec_result *dec_p);
 
 /* As ss_hs_read(), but consumes nothing: *used_p is the message's length on SS_HSR_MSG. */
-enum ss_hs_read_result ss_hs_peek(const struct ss_hs_io *io, int fd, struct ss_msg *m,
-				  uint64_t deadline_ms, enum ss_dec_result *dec_p, size_t *used_p);
+enum ss_hs_read_result ss_hs_peek(const struct ss_hs_io *io, int fd, struct ss_msg *m, int wait_ms,
+				  enum ss_dec_result *dec_p, size_t *used_p);
 
 /* Takes the used bytes of a message ss_hs_peek() found off the stream. Returns 0 or -EIO. */
 int ss_hs_consume(const struct ss_hs_io *io, int fd, size_t used);

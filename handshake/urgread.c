@@ -15,8 +15,8 @@ static int urg_at_mark(const struct ss_hs_io *io, int fd)
 	return io->ioctl(fd, SIOCATMARK, &at) < 0 ? -errno : at != 0;
 }
 
-int ss_urg_recv(const struct ss_hs_io *io, int fd, void *buf, size_t len, int flags, bool switching,
-		size_t *got_p)
+int ss_urg_recv(const struct ss_hs_io *io, int fd, void *buf, size_t len, int flags,
+		enum ss_urg_look look, size_t *got_p)
 {
 	int pass = flags & ~(MSG_PEEK | MSG_WAITALL | MSG_DONTWAIT);
 	ssize_t n = io->recv(fd, buf, len, pass | MSG_PEEK | MSG_DONTWAIT);
@@ -30,7 +30,9 @@ int ss_urg_recv(const struct ss_hs_io *io, int fd, void *buf, size_t len, int fl
 	 * mark in place either way: asked after the peek, the mark's place
 	 * decides. A mark that came after the peek lies behind its bytes.
 	 */
-	if (n <= 0 || switching) {
+	if (n < 0 && look == SS_URG_LOOK_END)
+		return -EAGAIN;
+	if (n <= 0 || look == SS_URG_LOOK_EACH) {
 		at = urg_at_mark(io, fd);
 		if (at < 0)
 			return at;

@@ -20,16 +20,24 @@ enum ss_urg_result {
 	SS_URG_AT_MARK, /* the peer's mark is at the head: nothing was taken */
 };
 
+/* When a read asks where the peer's mark is (SIOCATMARK, a system call). */
+enum ss_urg_look {
+	SS_URG_LOOK_EMPTY, /* when the peek finds nothing or the end: a lone mark waits there */
+	SS_URG_LOOK_EACH,  /* after each peek: this side sent its own mark, so the peer's
+			      may come with bytes behind it */
+	SS_URG_LOOK_END,   /* only at the end: a peek that finds nothing gives -EAGAIN
+			      and a lone mark is the caller's to find (it shows POLLPRI) */
+};
+
 /*
  * Reads at most len bytes of fd that come before the peer's mark into buf,
- * with io's functions.
- * switching: this side sent its own mark, so the peer's may come with
- * bytes behind it (otherwise it comes alone). flags: MSG_PEEK only peeks;
- * other recv flags but MSG_WAITALL pass through. Returns an ss_urg_result
- * (the count in *got_p), -EAGAIN when nothing is there, or -errno.
+ * with io's functions. Without a switch under way (SS_URG_LOOK_EMPTY or
+ * _END) the peer's mark comes alone. flags: MSG_PEEK only peeks; other
+ * recv flags but MSG_WAITALL pass through. Returns an ss_urg_result (the
+ * count in *got_p), -EAGAIN when nothing is there, or -errno.
  */
-int ss_urg_recv(const struct ss_hs_io *io, int fd, void *buf, size_t len, int flags, bool switching,
-		size_t *got_p);
+int ss_urg_recv(const struct ss_hs_io *io, int fd, void *buf, size_t len, int flags,
+		enum ss_urg_look look, size_t *got_p);
 
 /* Test only (tests/test_urgread.c): runs between the peek and the take. */
 extern void (*ss_urg_between_hook)(int fd);

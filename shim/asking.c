@@ -168,6 +168,36 @@ short ss_asking_events(const struct ss_sock *s)
 	return s->partial || atomic_load(&s->shut_rd) ? 0 : POLLIN;
 }
 
+/*
+ * The HELLO, TCP being connected. Its wait starts on the coarse clock (a
+ * tick shorter at most); the four round trips a slow path adds are asked
+ * for only if the wait runs out (asking_rtt_grace).
+ */
+static void asking_send_hello(struct ss_sock *s)
+{
+	struct ss_msg hello;
+
+	s->nonce = ss_new_nonce();
+	hello = asking_hello(s->nonce);
+	ss_test_delay(SS_TP_CLIENT_HELLO);
+	ss_send_msg(s->tcp_fd, &hello, 0); /* an empty socket takes it whole */
+	s->hello_sent = true;
+	/* A destination seen shimmed answers once its server accepts: the longer wait. */
+	s->deadline = ss_now_coarse_ms() + (uint64_t)(s->dest_shimmed ? ss_cfg.acked_timeout_ms
+								      : ss_cfg.hello_timeout_ms);
+	ss_bg_kick(s, s->deadline);
+}
+
+/* The HELLO's wait ran out: once, it grows by four of the connection's round trips. */
+static bool asking_rtt_grace(struct ss_sock *s)
+{
+	if (s->rtt_waited)
+		return false;
+	s->rtt_waited = true;
+	s->deadline += 4 * (uint64_t)ss_rtt_ms(s->tcp_fd);
+	return ss_now_ms() < s->deadline;
+}
+
 bool ss_asking_step(struct ss_sock *s)
 {
 	if (ss_sock_state(s) != SS_SOCK_ASKING)
@@ -176,7 +206,6 @@ bool ss_asking_step(struct ss_sock *s)
 		return asking_flush(s);
 	if (!s->hello_sent) {
 		struct pollfd p = {.fd = s->tcp_fd, .events = POLLOUT};
-		struct ss_msg hello;
 
 		if (ss_real.poll(&p, 1, 0) <= 0)
 			return true;
@@ -190,23 +219,14 @@ bool ss_asking_step(struct ss_sock *s)
 			asking_plain(s, SS_REASON_NONE);
 			return false;
 		}
-		s->nonce = ss_new_nonce();
-		hello = asking_hello(s->nonce);
-		ss_test_delay(SS_TP_CLIENT_HELLO);
-		ss_send_msg(s->tcp_fd, &hello, 0); /* an empty socket takes it whole */
-		s->hello_sent = true;
-		/* A destination seen shimmed answers once its server accepts: the longer wait. */
-		s->deadline = ss_deadline_in(
-			(s->dest_shimmed ? ss_cfg.acked_timeout_ms : ss_cfg.hello_timeout_ms) +
-			4 * ss_rtt_ms(s->tcp_fd));
-		ss_bg_kick(s, s->deadline);
+		asking_send_hello(s);
 	}
 	asking_answers(s);
 	if (ss_sock_state(s) != SS_SOCK_ASKING)
 		return ss_sock_state(s) == SS_SOCK_RECONNECTING;
 	if (s->answered)
 		return true;
-	if (ss_now_ms() < s->deadline) {
+	if (ss_before_ms(s->deadline) || asking_rtt_grace(s)) {
 		/* A nudge that came first did not keep the deadline (a kick only moves earlier). */
 		ss_bg_kick(s, s->deadline);
 		if (atomic_load(&s->shut_rd))
@@ -237,14 +257,22 @@ int ss_asking_connect(struct ss_sock *s, int fd)
 	err = errno;
 	pthread_mutex_lock(&s->lock);
 	if (ret == 0) {
+		/*
+		 * Connected: the HELLO at once, and no look for its answer yet
+		 * (it is a round trip away): the application's next call, or
+		 * the nudge.
+		 */
 		s->reported = true;
-		if (ss_asking_step(s))
-			ss_bg_kick(s, ss_nudge_at(ss_now_ms()));
+		if (ss_sock_state(s) == SS_SOCK_ASKING && !s->hello_sent && !s->shut_early)
+			asking_send_hello(s);
+		else if (!ss_asking_step(s))
+			return 0;
+		ss_bg_kick(s, ss_nudge_at(ss_now_coarse_ms()));
 		return 0;
 	}
 	if (err == EINPROGRESS || err == EINTR) {
 		/* It goes on in the background: the application's next call, or the nudge. */
-		ss_bg_kick(s, ss_nudge_at(ss_now_ms()));
+		ss_bg_kick(s, ss_nudge_at(ss_now_coarse_ms()));
 		return -err;
 	}
 	if (ss_sock_state(s) == SS_SOCK_ASKING) {

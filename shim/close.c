@@ -114,9 +114,18 @@ static void close_in_background(struct ss_sock *s, struct ss_conn *c, uint64_t e
 	ss_bg_kick(s, ss_now_ms());
 }
 
+/* The end of a close's bounded work (SRQSHIM_LINGER_MS from the first need of it): a close
+ * with nothing to deliver reads no clock. */
+static uint64_t close_end(uint64_t *end)
+{
+	if (*end == 0)
+		*end = ss_deadline_in(ss_cfg.linger_ms);
+	return *end;
+}
+
 void ss_sock_finish(struct ss_sock *s, bool may_block)
 {
-	uint64_t end = ss_deadline_in(ss_cfg.linger_ms);
+	uint64_t end = 0;
 	struct ss_conn *c = NULL;
 	bool shut = false;
 	int linger = -1;
@@ -125,7 +134,7 @@ void ss_sock_finish(struct ss_sock *s, bool may_block)
 	if (ss_sock_state(s) == SS_SOCK_LATE && ss_move_close(s)) {
 		/* A move under way: it ends in the background, then what it held is delivered. */
 		pthread_mutex_unlock(&s->lock);
-		close_in_background(s, NULL, end);
+		close_in_background(s, NULL, close_end(&end));
 		return;
 	}
 	if (ss_sock_state(s) == SS_SOCK_ASKING) {
@@ -135,11 +144,11 @@ void ss_sock_finish(struct ss_sock *s, bool may_block)
 		 * on as tcp_fd), within SRQSHIM_LINGER_MS.
 		 */
 		pthread_mutex_unlock(&s->lock);
-		close_in_background(s, NULL, end);
+		close_in_background(s, NULL, close_end(&end));
 		return;
 	}
 	/* A negotiation in progress ends first: its held bytes go wherever it decides. */
-	while (ss_client_step(s) && ss_now_ms() < end) {
+	while (ss_client_step(s) && ss_now_ms() < close_end(&end)) {
 		struct pollfd p = {.fd = s->tcp_fd,
 				   .events =
 					   ss_sock_state(s) == SS_SOCK_PROBING ? POLLIN : POLLOUT};
@@ -151,7 +160,7 @@ void ss_sock_finish(struct ss_sock *s, bool may_block)
 		pthread_mutex_lock(&s->lock);
 	}
 	while (ss_sock_state(s) == SS_SOCK_FALLBACK && ss_fallback_flush(s) == -EAGAIN &&
-	       ss_now_ms() < end) {
+	       ss_now_ms() < close_end(&end)) {
 		/* A move back to TCP waits for its TCP side, or looks at the CQs every 2 ms. */
 		struct pollfd p = {.fd = s->tcp_fd,
 				   .events = (short)(s->down ? ss_down_events(s) : POLLOUT)};
@@ -189,7 +198,7 @@ void ss_sock_finish(struct ss_sock *s, bool may_block)
 		end = ss_deadline_in(ss_cfg.linger_ms);
 	}
 	if (!close_delivered_now(s))
-		close_in_background(s, c, end);
+		close_in_background(s, c, close_end(&end));
 }
 
 void ss_close_wait_all(void)

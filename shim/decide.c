@@ -45,13 +45,34 @@ static int decide_real_ioctl(int fd, unsigned long req, int *arg)
 const struct ss_hs_io ss_real_io = {decide_real_send, decide_real_recv, decide_real_poll,
 				    decide_real_ioctl};
 
+/*
+ * Nonces: a counter through a 64-bit mix (splitmix64's finaliser) keyed by
+ * a random seed read once per process (a forked child reads its own), so
+ * that a connection costs no getrandom call.
+ */
+static _Atomic uint64_t nonce_seed; /* 0: not read yet */
+static _Atomic uint64_t nonce_count;
+
 uint32_t ss_new_nonce(void)
 {
-	uint32_t n;
+	uint64_t seed = atomic_load_explicit(&nonce_seed, memory_order_relaxed), x;
 
-	if (getrandom(&n, sizeof(n), GRND_NONBLOCK) != sizeof(n))
-		n = (uint32_t)ss_now_us();
-	return n;
+	if (seed == 0) {
+		if (getrandom(&seed, sizeof(seed), GRND_NONBLOCK) != sizeof(seed))
+			seed = ss_now_us() * 0x9E3779B97F4A7C15ull;
+		seed |= 1;
+		atomic_store_explicit(&nonce_seed, seed, memory_order_relaxed);
+	}
+	x = seed + atomic_fetch_add_explicit(&nonce_count, 1, memory_order_relaxed) *
+			   0x9E3779B97F4A7C15ull;
+	x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+	x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+	return (uint32_t)(x ^ (x >> 31));
+}
+
+void ss_nonce_after_fork(void)
+{
+	atomic_store_explicit(&nonce_seed, 0, memory_order_relaxed);
 }
 
 uint64_t ss_nudge_at(uint64_t from_ms)
@@ -89,7 +110,7 @@ bool ss_read_end_is_ours(struct ss_sock *s, int fd)
 
 int ss_send_msg(int fd, const struct ss_msg *m, int ms)
 {
-	return ss_hs_write(&ss_real_io, fd, m, ms ? ss_deadline_in(ms) : 0);
+	return ss_hs_write(&ss_real_io, fd, m, ms);
 }
 
 static const struct ss_conn_hooks decide_hooks = {.ready = ss_ready_conn};
@@ -251,7 +272,7 @@ static unsigned decide_bg_run(struct ss_sock *s)
 	case SS_SOCK_LATE:
 		/* Its first look (or a later one): shown on TCP from here on (started-on-tcp). */
 		ss_publish(s);
-		ss_move_step(s);
+		ss_move_look(s);
 		break;
 	default: return 0;
 	}

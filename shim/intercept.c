@@ -66,7 +66,8 @@ EXPORT int socket(int domain, int type, int proto)
 	fd = ss_real.socket(domain, type, proto);
 	if (fd >= 0) {
 		if (ss_is_tcp(domain, type, proto) && ss_cfg.mode != SS_MODE_TCP)
-			ss_sock_put(ss_sock_new(fd, domain, SS_SOCK_FRESH));
+			ss_sock_put(ss_sock_new(fd, domain, SS_SOCK_FRESH,
+						(type & SOCK_NONBLOCK) != 0));
 		else
 			ss_sock_mark_plain_fd(fd);
 	}
@@ -115,7 +116,8 @@ EXPORT int listen(int fd, int backlog)
 	return ret;
 }
 
-static int after_accept(int lfd, int fd)
+/* nb: the accepted socket's O_NONBLOCK (accept4's SOCK_NONBLOCK; accept's are blocking). */
+static int after_accept(int lfd, int fd, bool nb)
 {
 	struct ss_sock *l, *s;
 	int domain;
@@ -135,7 +137,7 @@ static int after_accept(int lfd, int fd)
 		ss_sock_mark_plain_fd(fd);
 		return fd;
 	}
-	s = ss_sock_new(fd, domain, SS_SOCK_ACCEPTED);
+	s = ss_sock_new(fd, domain, SS_SOCK_ACCEPTED, nb);
 	if (s) {
 		int err = errno;
 
@@ -149,13 +151,14 @@ static int after_accept(int lfd, int fd)
 EXPORT int accept(int fd, struct sockaddr *addr, socklen_t *len)
 {
 	real_ready();
-	return after_accept(fd, ss_real.accept(fd, addr, len));
+	return after_accept(fd, ss_real.accept(fd, addr, len), false);
 }
 
 EXPORT int accept4(int fd, struct sockaddr *addr, socklen_t *len, int flags)
 {
 	real_ready();
-	return after_accept(fd, ss_real.accept4(fd, addr, len, flags));
+	return after_accept(fd, ss_real.accept4(fd, addr, len, flags),
+			    (flags & SOCK_NONBLOCK) != 0);
 }
 
 /* connect() again on a socket whose connect the shim runs: what TCP would answer. */
@@ -1003,13 +1006,16 @@ EXPORT int dup3(int oldfd, int newfd, int flags)
 	return after_dup(oldfd, ss_real.dup3(oldfd, newfd, flags));
 }
 
-/* The application changed its open file's flags: what the socket remembers of them goes. */
-static void flags_changed(int fd)
+/*
+ * The application set its open file's O_NONBLOCK (nb: 0 or 1) or tried to
+ * (ret < 0: what the socket remembers goes, to be asked again).
+ */
+static void flags_changed(int fd, int ret, int nb)
 {
 	struct ss_sock *s = ss_sock_get(fd);
 
 	if (s)
-		atomic_store_explicit(&s->nonblock, -1, memory_order_relaxed);
+		atomic_store_explicit(&s->nonblock, ret < 0 ? -1 : nb, memory_order_relaxed);
 	ss_sock_put(s);
 }
 
@@ -1027,7 +1033,7 @@ EXPORT int fcntl(int fd, int cmd, ...)
 	if (cmd == F_SETFL) {
 		int ret = ss_real.fcntl(fd, cmd, arg);
 
-		flags_changed(fd);
+		flags_changed(fd, ret, (arg & O_NONBLOCK) != 0);
 		return ret;
 	}
 	return ss_real.fcntl(fd, cmd, arg);
@@ -1063,7 +1069,7 @@ EXPORT int ioctl(int fd, unsigned long req, ...)
 	if (req == FIONBIO) {
 		int ret = ss_real.ioctl(fd, req, arg);
 
-		flags_changed(fd);
+		flags_changed(fd, arg ? ret : -1, arg && *(int *)arg != 0);
 		return ret;
 	}
 	return ss_real.ioctl(fd, req, arg);

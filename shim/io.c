@@ -74,9 +74,10 @@ static void io_vec_free(struct io_vec *c)
 }
 
 /*
- * O_NONBLOCK of the open file behind fd: asked once, then remembered until
- * the application changes it through us (fcntl F_SETFL, ioctl FIONBIO:
- * flags_changed in intercept.c), so that an I/O call costs no system call for it.
+ * O_NONBLOCK of the open file behind fd: known from socket() and accept4()
+ * (or asked once), then kept as the application sets it through us (fcntl
+ * F_SETFL, ioctl FIONBIO: flags_changed in intercept.c), so that an I/O
+ * call costs no system call for it.
  */
 static bool io_nonblocking(struct ss_sock *s, int fd)
 {
@@ -417,7 +418,7 @@ static struct io_slices io_slices_begin(struct ss_sock *s, struct io_sig *sig, b
 
 /*
  * One slice (doubling from 1 ms to IO_FIRST_SLICE_MAX_MS) of the wait for
- * fd to show events (0: time only). Returns 1 (shown), 0 (the slice
+ * fd to show events (0: time only). Returns what it showed (> 0), 0 (the slice
  * passed: look at the state again), -EAGAIN (the timeout passed), -EINTR (a signal
  * handler ran since the call began and ends the read, as the kernel's),
  * -EBADF (another thread closed fd meanwhile: its number may name another
@@ -439,7 +440,7 @@ static int io_slice_wait(struct io_slices *sl, int fd, short events)
 	if (now != sl->s)
 		return -EBADF;
 	if (r > 0)
-		return 1;
+		return p.revents;
 	if (r < 0 && errno != EINTR)
 		return -errno;
 	if (ss_sig_any() != sl->sig->any && io_sig_ends_wait(sl->sig, sl->timeo))
@@ -485,15 +486,21 @@ static int io_wait_late(struct ss_sock *s, int fd, bool out)
 {
 	struct io_sig sig = io_sig_now();
 	struct io_slices sl = io_slices_begin(s, &sig, out);
+	bool pri = false;
 
 	for (;;) {
-		short events = ss_move_wait_events(s, out);
+		short events = ss_move_wait_events(s, out, pri);
 		int r;
 
 		if (ss_sock_state(s) != SS_SOCK_LATE)
 			return 0;
-		if ((r = io_slice_wait(&sl, fd, events)) != 0)
-			return r > 0 ? 0 : r;
+		if ((r = io_slice_wait(&sl, fd, events)) < 0)
+			return r;
+		/* The peer's mark alone: looked for before the next slice (the call's reads and
+		 * writes do not). */
+		pri = (r & POLLPRI) && !(r & (out ? POLLOUT : POLLIN));
+		if (r > 0 && !pri)
+			return 0;
 	}
 }
 
@@ -869,7 +876,7 @@ static struct ss_sock *io_classify(int fd)
 		ss_sock_mark_plain_fd(fd);
 		return NULL;
 	}
-	return ss_sock_new(fd, domain, SS_SOCK_ACCEPTED);
+	return ss_sock_new(fd, domain, SS_SOCK_ACCEPTED, -1);
 }
 
 bool ss_is_tcp(int domain, int type, int proto)

@@ -250,6 +250,16 @@ void ss_move_step(struct ss_sock *s)
 	move_step(s, true);
 }
 
+void ss_move_look(struct ss_sock *s)
+{
+	/*
+	 * The first look arms the watch of EPOLLPRI (decide.c), which reports
+	 * a mark already there at once: no quiet look of its own.
+	 */
+	move_step(s, s->late_looked);
+	s->late_looked = true;
+}
+
 /* ---- entering, and what the waits wait for ---- */
 
 /* The progress thread's first look at a connection on TCP: a peer with the default thresholds
@@ -276,6 +286,7 @@ bool ss_move_enter(struct ss_sock *s, int fd, bool client, uint32_t nonce)
 	s->nonce = nonce;
 	s->late_born_ms = ss_now_coarse_ms();
 	s->late_bytes = s->late_calls = 0;
+	s->late_looked = false;
 	s->hold_max = SS_HOLD_MAX;
 	s->reason = SS_REASON_LATER;
 	ss_sock_set_state(s, SS_SOCK_LATE);
@@ -333,7 +344,8 @@ static ssize_t move_read(struct ss_sock *s, void *buf, size_t len, int flags)
 	move_step(s, false);
 	if (ss_sock_state(s) != SS_SOCK_LATE)
 		return -SS_REDO;
-	r = ss_lateio_read(s->late, buf, len, flags & ~(MSG_WAITALL | MSG_DONTWAIT), &got);
+	/* Nothing there: no look for a lone mark (the waits' and the progress thread's). */
+	r = ss_lateio_read(s->late, buf, len, flags & ~(MSG_WAITALL | MSG_DONTWAIT), false, &got);
 	if (r == SS_LATEIO_BYTES && !(flags & MSG_PEEK) && got) {
 		s->late_bytes += got;
 		s->late_calls++;
@@ -404,12 +416,12 @@ ssize_t ss_move_send(struct ss_sock *s, const struct iovec *iov, int n, int flag
 	return r;
 }
 
-short ss_move_wait_events(struct ss_sock *s, bool out)
+short ss_move_wait_events(struct ss_sock *s, bool out, bool pri)
 {
 	short ev = 0;
 
 	pthread_mutex_lock(&s->lock);
-	move_step(s, false);
+	move_step(s, pri);
 	if (ss_sock_state(s) == SS_SOCK_LATE) {
 		/* Holding: the move's end is looked for between slices (and by the progress
 		 * thread). */

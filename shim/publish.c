@@ -147,10 +147,13 @@ struct ss_stats_conn *ss_stats_conn_open(int app_fd, int tcp_fd, const struct so
 	__atomic_store_n(&c->seq, c->seq + 1, __ATOMIC_RELEASE); /* odd: being rewritten */
 	__atomic_thread_fence(__ATOMIC_RELEASE);
 	ss_real.getsockname(tcp_fd, (struct sockaddr *)&la, &ll);
-	if (ss_real.getpeername(tcp_fd, (struct sockaddr *)&pa, &pl) != 0 && peer)
+	/* A client's peer is the address it connected to: no system call for it. */
+	if (peer)
 		memcpy(&pa, peer,
 		       peer->sa_family == AF_INET6 ? sizeof(struct sockaddr_in6)
 						   : sizeof(struct sockaddr_in));
+	else
+		ss_real.getpeername(tcp_fd, (struct sockaddr *)&pa, &pl);
 	fill_addr(&c->local, &la);
 	fill_addr(&c->peer, &pa);
 	c->fd = app_fd;

@@ -83,7 +83,7 @@ void ss_server_accepted(struct ss_sock *s, int fd)
 		s->tcp_fd = -1;
 		goto out;
 	}
-	ss_bg_kick(s, ss_nudge_at(ss_now_ms()));
+	ss_bg_kick(s, ss_nudge_at(ss_now_coarse_ms()));
 out:
 	pthread_mutex_unlock(&s->lock);
 }
@@ -184,7 +184,7 @@ int ss_server_decide(struct ss_sock *s, int fd, int wait_ms)
 	 * ACCEPTED, and the mark means nothing more.
 	 */
 	atomic_store(&s->answering, true);
-	switch (ss_hs_read(&ss_real_io, fd, &hello, ss_deadline_in(wait_ms), &dec)) {
+	switch (ss_hs_read(&ss_real_io, fd, &hello, wait_ms, &dec)) {
 	case SS_HSR_TIMEOUT:
 	case SS_HSR_PARTIAL: atomic_store(&s->answering, false); return -EAGAIN;
 	case SS_HSR_MSG: break;

@@ -111,6 +111,7 @@ static void after_fork_child(void)
 	ss_inherit_after_fork();
 	ss_spawn_after_fork();
 	ss_ownfd_after_fork();
+	ss_nonce_after_fork();
 	ss_sock_for_each(forget_connection);
 	ss_sock_for_each(forget_stats);
 	if (ss_tp)

@@ -106,6 +106,9 @@ void ss_mirror_show(struct ss_sock *s, unsigned ready);
 /* A fresh nonce for a HELLO. */
 uint32_t ss_new_nonce(void);
 
+/* In a forked child: its nonces come from a seed of its own. */
+void ss_nonce_after_fork(void);
+
 /* Milliseconds from now on the one clock. */
 uint64_t ss_deadline_in(int ms);
 
@@ -268,15 +271,26 @@ bool ss_move_enter(struct ss_sock *s, int fd, bool client, uint32_t nonce);
 /* Moves a LATE socket on with what is there, and starts its move when it is ripe (lock held). */
 void ss_move_step(struct ss_sock *s);
 
+/* The progress thread's look at a LATE socket: ss_move_step, its first without the poll for
+ * the peer's lone mark (the watch armed after it reports one). Lock held. */
+void ss_move_look(struct ss_sock *s);
+
 /* What the move of a LATE socket waits for on tcp_fd (EPOLL*), for the progress thread. */
 unsigned ss_move_events(struct ss_sock *s);
 
-/* What a blocked reader (out: writer) of a LATE socket polls its fd for (POLL*; 0: time only). */
-short ss_move_wait_events(struct ss_sock *s, bool out);
+/*
+ * What a blocked reader (out: writer) of a LATE socket polls its fd for
+ * (POLL*; 0: time only), after moving the exchange on; pri: the last slice
+ * showed POLLPRI alone, so the peer's lone mark is looked for first.
+ */
+short ss_move_wait_events(struct ss_sock *s, bool out, bool pri);
 
 /*
- * The application's read (send) of a LATE socket, without waiting.
- * Returns the count, -EAGAIN, -SS_REDO (the socket moved on) or -errno.
+ * The application's read (send) of a LATE socket, without waiting. A read
+ * that finds nothing does not look for the peer's lone mark (a system
+ * call): the progress thread's watch finds it (from its first look), and
+ * so does a wait that sees POLLPRI (ss_move_wait_events). Returns the
+ * count, -EAGAIN, -SS_REDO (the socket moved on) or -errno.
  */
 ssize_t ss_move_recv(struct ss_sock *s, const struct iovec *iov, int n, int flags);
 ssize_t ss_move_send(struct ss_sock *s, const struct iovec *iov, int n, int flags);

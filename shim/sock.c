@@ -215,7 +215,7 @@ static struct ss_sock *slot_swap(int fd, struct ss_sock *v)
 /* Each entry's serial (a forked child names its parent's connections by it). */
 static atomic_uint_least64_t sock_serial = 1;
 
-struct ss_sock *ss_sock_new(int fd, int domain, enum ss_sock_state state)
+struct ss_sock *ss_sock_new(int fd, int domain, enum ss_sock_state state, int nonblock)
 {
 	struct ss_sock *s, *old;
 
@@ -230,7 +230,7 @@ struct ss_sock *ss_sock_new(int fd, int domain, enum ss_sock_state state)
 	s->fds[0] = fd;
 	s->n_fds = 1;
 	s->tcp_fd = -1;
-	atomic_init(&s->nonblock, -1);
+	atomic_init(&s->nonblock, nonblock);
 	atomic_init(&s->timeo_ms[0], -1);
 	atomic_init(&s->timeo_ms[1], -1);
 	atomic_init(&s->closing, false);

@@ -114,6 +114,7 @@ struct ss_sock {
 			      HELLO; reset if bytes were held) */
 	bool answered;     /* ASKING: the server's answer is taken; the hold goes to TCP */
 	bool partial;      /* ASKING: part of the answer is in; the rest is waited for by time */
+	bool rtt_waited;   /* ASKING: the HELLO's wait grew once by four round trips */
 	uint64_t strip_partial_ms; /* PLAIN, strip pending: when part of a message was first seen */
 	/* PLAIN: the connection's error that our own send of held bytes took: the application's */
 	atomic_int plain_err; /* next read, write or SO_ERROR gets it, once (asking.c, plain.c) */
@@ -143,6 +144,7 @@ struct ss_sock {
 	/* LATE: the move's exchange over tcp_fd, and what the connection did so far (moving.c) */
 	struct ss_lateio *late;
 	uint64_t late_born_ms, late_bytes, late_calls;
+	bool late_looked;           /* the progress thread's first look is done (its watch armed) */
 	struct ss_params late_peer; /* the peer's HELLO (server) or ACCEPT (client) */
 	/* FALLBACK: a live downgrade's TCP exchange to finish first (down.c) */
 	struct ss_down *down;
@@ -198,8 +200,12 @@ static inline void ss_sock_set_state(struct ss_sock *s, int st)
 /* Drops a reference from ss_sock_get() or ss_sock_new(). */
 void ss_sock_put(struct ss_sock *s);
 
-/* A new entry for fd (replacing any), with one reference for the caller. NULL: no memory. */
-struct ss_sock *ss_sock_new(int fd, int domain, enum ss_sock_state state);
+/*
+ * A new entry for fd (replacing any), with one reference for the caller.
+ * nonblock: its open file's O_NONBLOCK, -1 when not known (asked at need).
+ * NULL: no memory.
+ */
+struct ss_sock *ss_sock_new(int fd, int domain, enum ss_sock_state state, int nonblock);
 
 /* fd names s too (dup). Returns 0 or -ENOSPC. */
 int ss_sock_add_fd(struct ss_sock *s, int fd);

@@ -101,7 +101,8 @@ uint64_t ss_stats_start_time(pid_t pid);
 
 /*
  * A slot for a connection that was just decided, filled in with its
- * addresses (from tcp_fd; the peer from peer while TCP still connects),
+ * addresses (from tcp_fd; the peer is peer, the address a client connected
+ * to, when given),
  * state and reason; NULL when nothing can be published (the file cannot be
  * made). Makes the process's file on first use.
  */

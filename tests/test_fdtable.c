@@ -100,7 +100,7 @@ static int setup(void **state)
 /* A fresh entry for fd whose free closes private_fd (its TCP socket), so the free is seen. */
 static struct ss_sock *entry(int fd, int private_fd)
 {
-	struct ss_sock *s = ss_sock_new(fd, AF_INET, SS_SOCK_FRESH);
+	struct ss_sock *s = ss_sock_new(fd, AF_INET, SS_SOCK_FRESH, -1);
 
 	assert_non_null(s);
 	s->tcp_fd = private_fd;
@@ -114,7 +114,7 @@ static void test_unknown_and_out_of_range(void **state)
 	assert_null(ss_sock_get(40));
 	assert_null(ss_sock_get(-1));
 	assert_null(ss_sock_get(ss_sock_table_size()));
-	assert_null(ss_sock_new(ss_sock_table_size(), AF_INET, SS_SOCK_FRESH));
+	assert_null(ss_sock_new(ss_sock_table_size(), AF_INET, SS_SOCK_FRESH, -1));
 	assert_false(ss_sock_unknown(-1));
 }
 

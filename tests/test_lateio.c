@@ -188,15 +188,15 @@ static void lio_read(struct lio_side *s, const struct lio_side *peer)
 	while (!s->in_eof) {
 		enum ss_late_state was = s->x.rules.state;
 		size_t got = 7, peeked = 0;
-		int r = ss_lateio_read(&s->x, buf, 0, 0, &got), rp;
+		int r = ss_lateio_read(&s->x, buf, 0, 0, true, &got), rp;
 		ssize_t k;
 
 		/* A read of nothing changes nothing; a peek shows what the read takes. */
 		if (r != SS_LATEIO_BYTES || got != 0 || s->x.rules.state != was)
 			fail_msg("a read of 0 bytes gave %d (%zu) in %s", r, got,
 				 ss_late_state_str(s->x.rules.state));
-		rp = ss_lateio_read(&s->x, peek, sizeof(peek), MSG_PEEK, &peeked);
-		r = ss_lateio_read(&s->x, buf, sizeof(buf), 0, &got);
+		rp = ss_lateio_read(&s->x, peek, sizeof(peek), MSG_PEEK, true, &peeked);
+		r = ss_lateio_read(&s->x, buf, sizeof(buf), 0, true, &got);
 		if (rp == SS_LATEIO_BYTES && r == SS_LATEIO_BYTES &&
 		    memcmp(peek, buf, got < peeked ? got : peeked) != 0)
 			fail_msg("a read took other bytes than its peek showed");

@@ -34,7 +34,7 @@ enum step_kind { STEP_END, STEP_READ, STEP_RAW };
 struct step {
 	enum step_kind kind;
 	int flags;
-	bool switching;
+	enum ss_urg_look look;
 	size_t len; /* 0: 64 */
 	int ret;    /* an ss_urg_result or -EAGAIN; for STEP_RAW the recv's count, -1 for EAGAIN */
 	const char *bytes;
@@ -52,9 +52,10 @@ struct row {
 #define D(s) {ACT_DATA, s}
 #define U {ACT_URG, NULL}
 #define SHUT {ACT_SHUT, NULL}
-#define QUIET(r, b) {STEP_READ, 0, false, 0, r, b}
-#define SWITCHING(r, b) {STEP_READ, 0, true, 0, r, b}
-#define RAW(n, b) {STEP_RAW, 0, false, 0, n, b}
+#define QUIET(r, b) {STEP_READ, 0, SS_URG_LOOK_EMPTY, 0, r, b}
+#define SWITCHING(r, b) {STEP_READ, 0, SS_URG_LOOK_EACH, 0, r, b}
+#define BLIND(r, b) {STEP_READ, 0, SS_URG_LOOK_END, 0, r, b}
+#define RAW(n, b) {STEP_RAW, 0, SS_URG_LOOK_EMPTY, 0, n, b}
 /* clang-format on */
 
 static const struct row rows[] = {
@@ -68,6 +69,15 @@ static const struct row rows[] = {
 	 {D("AAAA"), U},
 	 {},
 	 {QUIET(SS_URG_BYTES, "AAAA"), QUIET(SS_URG_AT_MARK, NULL)}},
+	{"looking only at the end: a lone mark says EAGAIN and stays for a look",
+	 {D("AAAA"), U},
+	 {},
+	 {BLIND(SS_URG_BYTES, "AAAA"), BLIND(-EAGAIN, NULL), BLIND(-EAGAIN, NULL),
+	  QUIET(SS_URG_AT_MARK, NULL)}},
+	{"looking only at the end: the end is still looked at",
+	 {D("x"), SHUT},
+	 {},
+	 {BLIND(SS_URG_BYTES, "x"), BLIND(SS_URG_BYTES, "")}},
 	{"a small buffer reads up to the mark, not past it",
 	 {D("abcdef"), U},
 	 {},
@@ -152,7 +162,7 @@ static void run_step(const struct row *r, int i, int fd)
 		return;
 	}
 	int ret = ss_urg_recv(&tcp_loop_io, fd, buf, st->len ? st->len : sizeof(buf), st->flags,
-			      st->switching, &got);
+			      st->look, &got);
 
 	if (ret != st->ret)
 		fail_msg("%s, step %d: ss_urg_recv gave %d (%.*s), not %d", r->name, i, ret,
