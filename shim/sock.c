@@ -231,8 +231,9 @@ struct ss_sock *ss_sock_new(int fd, int domain, enum ss_sock_state state, int no
 	s->n_fds = 1;
 	s->tcp_fd = -1;
 	atomic_init(&s->nonblock, nonblock);
-	atomic_init(&s->timeo_ms[0], -1);
-	atomic_init(&s->timeo_ms[1], -1);
+	/* A socket socket() just made has no timeouts; an accepted one has its listener's. */
+	atomic_init(&s->timeo_ms[0], state == SS_SOCK_FRESH ? 0 : -1);
+	atomic_init(&s->timeo_ms[1], state == SS_SOCK_FRESH ? 0 : -1);
 	atomic_init(&s->closing, false);
 	s->shim_fd = -1;
 	s->serial = atomic_fetch_add_explicit(&sock_serial, 1, memory_order_relaxed);

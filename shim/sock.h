@@ -203,6 +203,7 @@ void ss_sock_put(struct ss_sock *s);
 /*
  * A new entry for fd (replacing any), with one reference for the caller.
  * nonblock: its open file's O_NONBLOCK, -1 when not known (asked at need).
+ * SS_SOCK_FRESH (made by socket() just now): no SO_RCVTIMEO/SO_SNDTIMEO.
  * NULL: no memory.
  */
 struct ss_sock *ss_sock_new(int fd, int domain, enum ss_sock_state state, int nonblock);
