@@ -116,8 +116,14 @@ EXPORT int listen(int fd, int backlog)
 	return ret;
 }
 
-/* nb: the accepted socket's O_NONBLOCK (accept4's SOCK_NONBLOCK; accept's are blocking). */
-static int after_accept(int lfd, int fd, bool nb)
+/*
+ * nb: the accepted socket's O_NONBLOCK (accept4's SOCK_NONBLOCK; accept's
+ * are blocking). addr, got: the peer's address as accept gave it, when the
+ * application asked for it whole (room: its buffer's size), kept so that
+ * the status tool needs no getpeername.
+ */
+static int after_accept(int lfd, int fd, bool nb, const struct sockaddr *addr, socklen_t room,
+			const socklen_t *got)
 {
 	struct ss_sock *l, *s;
 	int domain;
@@ -141,6 +147,10 @@ static int after_accept(int lfd, int fd, bool nb)
 	if (s) {
 		int err = errno;
 
+		if (addr && *got <= room && *got <= sizeof(s->dst)) {
+			memcpy(&s->dst, addr, *got);
+			s->dst_len = *got;
+		}
 		ss_server_accepted(s, fd);
 		ss_sock_put(s);
 		errno = err;
@@ -148,17 +158,28 @@ static int after_accept(int lfd, int fd, bool nb)
 	return fd;
 }
 
+/* The size of the application's address buffer, before the kernel writes *len: 0 without one. */
+static socklen_t accept_room(const struct sockaddr *addr, const socklen_t *len)
+{
+	return addr && len ? *len : 0;
+}
+
 EXPORT int accept(int fd, struct sockaddr *addr, socklen_t *len)
 {
+	socklen_t room = accept_room(addr, len);
+
 	real_ready();
-	return after_accept(fd, ss_real.accept(fd, addr, len), false);
+	return after_accept(fd, ss_real.accept(fd, addr, len), false, room ? addr : NULL, room,
+			    len);
 }
 
 EXPORT int accept4(int fd, struct sockaddr *addr, socklen_t *len, int flags)
 {
+	socklen_t room = accept_room(addr, len);
+
 	real_ready();
-	return after_accept(fd, ss_real.accept4(fd, addr, len, flags),
-			    (flags & SOCK_NONBLOCK) != 0);
+	return after_accept(fd, ss_real.accept4(fd, addr, len, flags), (flags & SOCK_NONBLOCK) != 0,
+			    room ? addr : NULL, room, len);
 }
 
 /* connect() again on a socket whose connect the shim runs: what TCP would answer. */

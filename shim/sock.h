@@ -135,6 +135,7 @@ struct ss_sock {
 	atomic_bool answering;
 	uint32_t nonce;
 	uint64_t deadline; /* ms: the current wait of the negotiation ends then */
+	/* The peer's address: a client's destination, or what accept gave (0: not known). */
 	struct sockaddr_storage dst;
 	socklen_t dst_len;
 	struct ss_params mine;

@@ -101,10 +101,9 @@ uint64_t ss_stats_start_time(pid_t pid);
 
 /*
  * A slot for a connection that was just decided, filled in with its
- * addresses (from tcp_fd; the peer is peer, the address a client connected
- * to, when given),
- * state and reason; NULL when nothing can be published (the file cannot be
- * made). Makes the process's file on first use.
+ * addresses (from tcp_fd; the peer is peer when given: the address a
+ * client connected to, or what accept gave), state and reason; NULL when nothing can be published
+ * (the file cannot be made). Makes the process's file on first use.
  */
 struct ss_stats_conn *ss_stats_conn_open(int app_fd, int tcp_fd, const struct sockaddr *peer,
 					 enum ss_stats_state st, unsigned reason);

@@ -43,6 +43,14 @@ for pid, what in ((server, "redis-server"), (bench, "redis-benchmark")):
     assert b["srq_pool"]["blocks"] > 0 and b["registered_bytes"] > 0, b
     print("%s (pid %d): %d upgraded srq connections, bytes %d -> %d, SRQ pool %s" %
           (what, pid, len(up), t1, t2, b["srq_pool"]))
+# Each end's peer is the other end's address (the server's from its accept, the client's from
+# its connect). Between the SET and GET phases an end may still list a few of the other's last.
+def ends(pid, key):
+    return {c[key] for c in proc(s2, pid)["connections"] if c["state"] == "upgraded"}
+sp, cl = ends(server, "peer"), ends(bench, "local")
+assert len(sp & cl) >= 5, "the server's peers %s are not the client's ends %s" % (sorted(sp), sorted(cl))
+assert ends(bench, "peer") == ends(server, "local"), (ends(bench, "peer"), ends(server, "local"))
+print("each end's peer is the other's address")
 PY
 kill $bench $server 2>/dev/null; wait $bench $server 2>/dev/null
 pass "status --json lists redis-server and redis-benchmark, srq connections, growing counters"
