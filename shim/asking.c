@@ -220,6 +220,10 @@ bool ss_asking_step(struct ss_sock *s)
 			return false;
 		}
 		asking_send_hello(s);
+		/* Its answer is a round trip away: looked for at the next call, the watch or the
+		 * nudge. */
+		if (!atomic_load(&s->shut_rd))
+			return true;
 	}
 	asking_answers(s);
 	if (ss_sock_state(s) != SS_SOCK_ASKING)
