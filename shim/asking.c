@@ -169,9 +169,10 @@ short ss_asking_events(const struct ss_sock *s)
 }
 
 /*
- * The HELLO, TCP being connected. Its wait starts on the coarse clock (a
- * tick shorter at most); the four round trips a slow path adds are asked
- * for only if the wait runs out (asking_rtt_grace).
+ * The HELLO, TCP being connected. Its wait is read off the coarse clock,
+ * a tick's slack added (never shorter than asked, a tick longer at most);
+ * the four round trips a slow path adds are asked for only if the wait
+ * runs out (asking_rtt_grace).
  */
 static void asking_send_hello(struct ss_sock *s)
 {
@@ -183,8 +184,9 @@ static void asking_send_hello(struct ss_sock *s)
 	ss_send_msg(s->tcp_fd, &hello, 0); /* an empty socket takes it whole */
 	s->hello_sent = true;
 	/* A destination seen shimmed answers once its server accepts: the longer wait. */
-	s->deadline = ss_now_coarse_ms() + (uint64_t)(s->dest_shimmed ? ss_cfg.acked_timeout_ms
-								      : ss_cfg.hello_timeout_ms);
+	s->deadline =
+		ss_now_coarse_ms() + ss_coarse_slack_ms() +
+		(uint64_t)(s->dest_shimmed ? ss_cfg.acked_timeout_ms : ss_cfg.hello_timeout_ms);
 	ss_bg_kick(s, s->deadline);
 }
 

@@ -492,7 +492,7 @@ static int io_wait_late(struct ss_sock *s, int fd, bool out)
 		short events = ss_move_wait_events(s, out, pri);
 		int r;
 
-		if (ss_sock_state(s) != SS_SOCK_LATE)
+		if (ss_sock_state(s) != SS_SOCK_LATE || events == SS_MOVE_WRITE_NOW)
 			return 0;
 		if ((r = io_slice_wait(&sl, fd, events)) < 0)
 			return r;

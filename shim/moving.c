@@ -429,6 +429,8 @@ short ss_move_wait_events(struct ss_sock *s, bool out, bool pri)
 			ev = POLLIN | POLLPRI;
 		else if (!move_holds(s))
 			ev = POLLOUT | POLLPRI;
+		else if (s->hold_len < s->hold_max)
+			ev = SS_MOVE_WRITE_NOW; /* as a socket buffer with room */
 		else if (ss_lateio_owes(s->late))
 			ev = POLLOUT;
 	}

@@ -126,6 +126,15 @@ static void fill_addr(struct ss_stats_addr *a, const struct sockaddr_storage *ss
 	}
 }
 
+/* A wildcard address: a connect to it reaches this host, which getpeername names. */
+static bool publish_is_any(const struct sockaddr *sa)
+{
+	if (sa->sa_family == AF_INET)
+		return ((const struct sockaddr_in *)sa)->sin_addr.s_addr == htonl(INADDR_ANY);
+	return sa->sa_family == AF_INET6 &&
+	       IN6_IS_ADDR_UNSPECIFIED(&((const struct sockaddr_in6 *)sa)->sin6_addr);
+}
+
 struct ss_stats_conn *ss_stats_conn_open(int app_fd, int tcp_fd, const struct sockaddr *peer,
 					 enum ss_stats_state st, unsigned reason)
 {
@@ -148,7 +157,7 @@ struct ss_stats_conn *ss_stats_conn_open(int app_fd, int tcp_fd, const struct so
 	__atomic_thread_fence(__ATOMIC_RELEASE);
 	ss_real.getsockname(tcp_fd, (struct sockaddr *)&la, &ll);
 	/* A client's peer is the address it connected to: no system call for it. */
-	if (peer)
+	if (peer && !publish_is_any(peer))
 		memcpy(&pa, peer,
 		       peer->sa_family == AF_INET6 ? sizeof(struct sockaddr_in6)
 						   : sizeof(struct sockaddr_in));

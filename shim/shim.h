@@ -282,7 +282,9 @@ unsigned ss_move_events(struct ss_sock *s);
  * What a blocked reader (out: writer) of a LATE socket polls its fd for
  * (POLL*; 0: time only), after moving the exchange on; pri: the last slice
  * showed POLLPRI alone, so the peer's lone mark is looked for first.
+ * SS_MOVE_WRITE_NOW: the writer's bytes go to the hold, which has room.
  */
+#define SS_MOVE_WRITE_NOW ((short)-1)
 short ss_move_wait_events(struct ss_sock *s, bool out, bool pri);
 
 /*
