@@ -128,7 +128,7 @@ void ss_client_reconnect(struct ss_sock *s, enum ss_reason why)
 	 */
 	if (s->hello_sent)
 		ss_real.shutdown(s->tcp_fd, SHUT_RD);
-	ss_real.close(s->tcp_fd);
+	ss_private_close(s->tcp_fd);
 	s->tcp_fd = -1;
 	nfd = ss_real.socket(s->domain, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
 	if (nfd >= 0) {

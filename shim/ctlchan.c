@@ -206,7 +206,7 @@ void ss_ctlchan_start(void)
 	ctlchan_watch.cb = ctlchan_cb;
 	ctlchan_watch.fd = -1;
 	if (ss_tp->worker_watch(ss_w, &ctlchan_watch, fd, EPOLLIN) != 0) {
-		ss_real.close(fd);
+		ss_private_close(fd);
 		return;
 	}
 	ctlchan_fd = fd;
@@ -216,6 +216,6 @@ void ss_ctlchan_after_fork(void)
 {
 	/* The parent's name: the child makes its own with its worker. */
 	if (ctlchan_fd >= 0)
-		ss_real.close(ctlchan_fd);
+		ss_private_close(ctlchan_fd);
 	ctlchan_fd = -1;
 }

@@ -364,7 +364,7 @@ void ss_bg_stop_private(struct ss_sock *s)
 		return;
 	ss_tp->worker_unwatch(ss_w, &s->watch);
 	ss_tp->worker_timer_cancel(ss_w, &s->kick);
-	ss_real.close(s->tcp_fd);
+	ss_private_close(s->tcp_fd);
 	s->tcp_fd = -1;
 }
 

@@ -367,9 +367,9 @@ void ss_inherit_after_fork(void)
 	/* The parent's kept connections are the parent's: their private fds go here. */
 	for (struct ss_sock *s = inherit_kept; s; s = s->kept_next) {
 		if (s->tcp_fd >= 0)
-			ss_real.close(s->tcp_fd);
+			ss_private_close(s->tcp_fd);
 		if (s->shim_fd >= 0)
-			ss_real.close(s->shim_fd);
+			ss_private_close(s->shim_fd);
 	}
 	inherit_kept = NULL;
 	atomic_store(&inherit_forked, false);

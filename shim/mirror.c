@@ -222,7 +222,7 @@ int ss_leave_pair(struct ss_sock *s, bool failed)
 	if (s->shim_fd >= 0 && !failed)
 		mirror_drain(s->shim_fd);
 	if (s->shim_fd >= 0)
-		ss_real.close(s->shim_fd);
+		ss_private_close(s->shim_fd);
 	s->shim_fd = -1;
 	pthread_mutex_unlock(&s->fd_lock);
 	return ret;

@@ -4,19 +4,16 @@
 
 #include <stdbool.h>
 
-/* Remembers fd (and the identity of its open file) as the shim's. */
+/* Remembers fd as the shim's (made by ss_private_fd). */
 void ss_ownfd_add(int fd);
 
-/* Forgets fd (the shim is closing it). */
+/* Forgets fd (the shim is closing it: ss_private_close, before the close). */
 void ss_ownfd_forget(int fd);
 
-/*
- * The lowest fd in [from, last] that is the shim's (remembered, and still
- * naming the same file): true with *fd_p, or false.
- */
+/* The lowest fd in [from, last] that is the shim's: true with *fd_p, or false. */
 bool ss_ownfd_next(unsigned from, unsigned last, unsigned *fd_p);
 
-/* In a forked child: the lock is made anew (the entries stay, checked at each look). */
+/* In a forked child, before any other of the shim's after-fork work: the lock is made anew. */
 void ss_ownfd_after_fork(void);
 
 #endif

@@ -48,9 +48,9 @@ static void forget_connection(struct ss_sock *s)
 	if (st == SS_SOCK_FRESH || st == SS_SOCK_LISTEN || st == SS_SOCK_PLAIN)
 		return;
 	if (s->tcp_fd >= 0)
-		ss_real.close(s->tcp_fd);
+		ss_private_close(s->tcp_fd);
 	if (s->shim_fd >= 0)
-		ss_real.close(s->shim_fd);
+		ss_private_close(s->shim_fd);
 	s->tcp_fd = s->shim_fd = -1;
 	if (st == SS_SOCK_LATE) {
 		/* Pinned to TCP before the fork (or reset): the child's as a plain socket. */
@@ -98,6 +98,7 @@ static void before_fork(void)
 static void after_fork_child(void)
 {
 	fork_parent = atomic_load_explicit(&ss_pid, memory_order_relaxed);
+	ss_ownfd_after_fork(); /* first: the closes below forget their numbers under its lock */
 	atomic_store_explicit(&ss_pid, getpid(), memory_order_relaxed);
 	ss_sock_after_fork();
 	ss_loader_after_fork();
@@ -110,7 +111,6 @@ static void after_fork_child(void)
 	ss_ctlchan_after_fork();
 	ss_inherit_after_fork();
 	ss_spawn_after_fork();
-	ss_ownfd_after_fork();
 	ss_nonce_after_fork();
 	ss_sock_for_each(forget_connection);
 	ss_sock_for_each(forget_stats);

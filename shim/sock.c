@@ -152,9 +152,9 @@ static void sock_free(struct ss_sock *s)
 	}
 	ss_stats_conn_close(s->stat);
 	if (s->tcp_fd >= 0)
-		ss_real.close(s->tcp_fd);
+		ss_private_close(s->tcp_fd);
 	if (s->shim_fd >= 0)
-		ss_real.close(s->shim_fd);
+		ss_private_close(s->shim_fd);
 	free(s->hold);
 	ss_down_free(s);
 	ss_move_free(s);
