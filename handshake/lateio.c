@@ -139,6 +139,23 @@ static int lateio_room(struct ss_lateio *x)
 	return 0;
 }
 
+/* A read from fd that may have taken bytes: what a wait saw before it no longer holds. */
+static void lateio_took(struct ss_lateio *x)
+{
+	x->takes++;
+	x->shown = false;
+}
+
+uint32_t ss_lateio_takes(const struct ss_lateio *x)
+{
+	return x->takes;
+}
+
+void ss_lateio_shown(struct ss_lateio *x, uint32_t takes, short revents)
+{
+	x->shown = (revents & POLLIN) && !(revents & POLLPRI) && takes == x->takes;
+}
+
 /*
  * The peer's mark is at the head: its urgent byte is read out of band, so
  * the socket stops showing POLLPRI while we wait for what comes behind it
@@ -149,6 +166,7 @@ static void lateio_found_mark(struct ss_lateio *x)
 	char c;
 
 	x->io->recv(x->fd, &c, 1, MSG_OOB | MSG_DONTWAIT);
+	lateio_took(x);
 	lateio_event(x, SS_LATE_EV_PEER_MARK, NULL);
 }
 
@@ -170,6 +188,7 @@ static int lateio_take(struct ss_lateio *x)
 			x->io, x->fd, x->taken + x->taken_len, x->taken_cap - x->taken_len, 0,
 			x->rules.state == SS_LATE_MARKED ? SS_URG_LOOK_EACH : SS_URG_LOOK_EMPTY,
 			&got);
+		lateio_took(x);
 		if (r == -EAGAIN)
 			return 0;
 		if (r == SS_URG_AT_MARK) {
@@ -206,8 +225,10 @@ static void lateio_read_msg(struct ss_lateio *x)
 		[SS_MSG_LATER] = SS_LATE_EV_OTHER,
 	};
 	struct ss_msg m;
+	enum ss_hs_read_result rr = ss_hs_read(x->io, x->fd, &m, 0, NULL);
 
-	switch (ss_hs_read(x->io, x->fd, &m, 0, NULL)) {
+	lateio_took(x);
+	switch (rr) {
 	case SS_HSR_MSG:
 		lateio_event(x, m.nonce == x->nonce ? ev_of[m.type] : SS_LATE_EV_OTHER, &m);
 		return;
@@ -279,11 +300,17 @@ int ss_lateio_read(struct ss_lateio *x, void *buf, size_t len, int flags, bool l
 		return SS_LATEIO_BYTES;
 	}
 	if (st == SS_LATE_QUIET || st == SS_LATE_MARKED) {
+		/* Our own mark not sent: the peer's comes alone, so a showing holds (lateio.h). */
+		bool shown = st == SS_LATE_QUIET && x->shown && !(flags & MSG_PEEK);
+
 		r = ss_urg_recv(x->io, x->fd, buf, len, flags,
 				st == SS_LATE_MARKED ? SS_URG_LOOK_EACH
+				: shown              ? SS_URG_LOOK_SHOWN
 				: lone               ? SS_URG_LOOK_EMPTY
 						     : SS_URG_LOOK_END,
 				got_p);
+		if (!(flags & MSG_PEEK))
+			lateio_took(x);
 		if (r == SS_URG_BYTES && *got_p == 0 && !(flags & MSG_PEEK))
 			lateio_event(x, SS_LATE_EV_PEER_EOF, NULL);
 		if (r != SS_URG_AT_MARK)

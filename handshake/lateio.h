@@ -44,6 +44,8 @@ struct ss_lateio {
 	size_t out_len;
 	uint8_t *taken; /* the peer's bytes before its mark that the application has not read */
 	size_t taken_off, taken_len, taken_cap;
+	uint32_t takes; /* reads from fd that may have taken bytes (ss_lateio_shown) */
+	bool shown;     /* the next read may take at once: ss_lateio_shown */
 };
 
 void ss_lateio_init(struct ss_lateio *x, const struct ss_hs_io *io, int fd, bool client,
@@ -80,6 +82,22 @@ enum ss_lateio_read {
 	SS_LATEIO_WAIT,    /* nothing for the application now */
 	SS_LATEIO_DECIDED, /* nothing taken is left and the move is decided: read its transport */
 };
+
+/* How many reads from its fd x made that may have taken bytes (for ss_lateio_shown). */
+uint32_t ss_lateio_takes(const struct ss_lateio *x);
+
+/*
+ * What the application's wait on the fd saw: revents of a poll for POLLIN |
+ * POLLPRI that began when ss_lateio_takes() said takes. Bytes (or the end)
+ * with no mark pending (POLLIN without POLLPRI), and nothing taken since,
+ * let the next read of a QUIET connection (our mark not sent: the peer's
+ * comes alone) take with one recv, no peek: the bytes seen are still at
+ * the head, any mark came behind them, and recv stops at a mark it meets
+ * after a byte. A mark at the head shows POLLIN when the peer's end is
+ * right behind it (a recv would pass the mark and read the end), hence
+ * POLLPRI must be absent. Any read that may take voids it.
+ */
+void ss_lateio_shown(struct ss_lateio *x, uint32_t takes, short revents);
 
 /*
  * The application reads at most len bytes (flags: MSG_PEEK; others pass to

@@ -19,8 +19,17 @@ int ss_urg_recv(const struct ss_hs_io *io, int fd, void *buf, size_t len, int fl
 		enum ss_urg_look look, size_t *got_p)
 {
 	int pass = flags & ~(MSG_PEEK | MSG_WAITALL | MSG_DONTWAIT);
-	ssize_t n = io->recv(fd, buf, len, pass | MSG_PEEK | MSG_DONTWAIT);
+	ssize_t n;
 	int at;
+
+	if (look == SS_URG_LOOK_SHOWN && !(flags & MSG_PEEK)) {
+		n = io->recv(fd, buf, len, pass | MSG_DONTWAIT);
+		if (n < 0)
+			return -errno;
+		*got_p = (size_t)n;
+		return SS_URG_BYTES;
+	}
+	n = io->recv(fd, buf, len, pass | MSG_PEEK | MSG_DONTWAIT);
 
 	if (n < 0 && errno != EAGAIN)
 		return -errno;

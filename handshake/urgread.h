@@ -27,6 +27,10 @@ enum ss_urg_look {
 			      may come with bytes behind it */
 	SS_URG_LOOK_END,   /* only at the end: a peek that finds nothing gives -EAGAIN
 			      and a lone mark is the caller's to find (it shows POLLPRI) */
+	SS_URG_LOOK_SHOWN, /* no peek, no look: the caller saw bytes or the end at the head
+			      with no mark pending and nothing was taken since, so a mark
+			      lies behind them and recv stops there (a mark at the head
+			      would be passed and lost: lateio.h, ss_lateio_shown) */
 };
 
 /*

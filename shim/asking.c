@@ -197,7 +197,7 @@ static bool asking_rtt_grace(struct ss_sock *s)
 		return false;
 	s->rtt_waited = true;
 	s->deadline += 4 * (uint64_t)ss_rtt_ms(s->tcp_fd);
-	return ss_now_ms() < s->deadline;
+	return ss_before_ms(s->deadline);
 }
 
 bool ss_asking_step(struct ss_sock *s)

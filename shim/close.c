@@ -195,7 +195,7 @@ void ss_sock_finish(struct ss_sock *s, bool may_block)
 	 */
 	if (linger > 0 && may_block) {
 		ss_tp->conn_drain(c, linger);
-		end = ss_deadline_in(ss_cfg.linger_ms);
+		end = 0; /* the background's time counts from here */
 	}
 	if (!close_delivered_now(s))
 		close_in_background(s, c, close_end(&end));

@@ -118,9 +118,9 @@ EXPORT int listen(int fd, int backlog)
 
 /*
  * nb: the accepted socket's O_NONBLOCK (accept4's SOCK_NONBLOCK; accept's
- * are blocking). addr, got: the peer's address as accept gave it, when the
- * application asked for it whole (room: its buffer's size), kept so that
- * the status tool needs no getpeername.
+ * are blocking). addr, got: the peer's address as accept gave it
+ * (accept_addr), kept when there was room (not 0: addr and got are set) for
+ * all of it, so that the status tool needs no getpeername.
  */
 static int after_accept(int lfd, int fd, bool nb, const struct sockaddr *addr, socklen_t room,
 			const socklen_t *got)
@@ -147,7 +147,7 @@ static int after_accept(int lfd, int fd, bool nb, const struct sockaddr *addr, s
 	if (s) {
 		int err = errno;
 
-		if (addr && *got <= room && *got <= sizeof(s->dst)) {
+		if (room && *got <= room && *got <= sizeof(s->dst)) {
 			memcpy(&s->dst, addr, *got);
 			s->dst_len = *got;
 		}
@@ -158,28 +158,46 @@ static int after_accept(int lfd, int fd, bool nb, const struct sockaddr *addr, s
 	return fd;
 }
 
-/* The size of the application's address buffer, before the kernel writes *len: 0 without one. */
-static socklen_t accept_room(const struct sockaddr *addr, const socklen_t *len)
+/*
+ * The peer's address as accept gives it: into the application's buffer, or
+ * into the shim's own when the application asks for none (addr NULL), so
+ * that the status tool lists the connection without a getpeername. room:
+ * the buffer's size before the kernel writes *len (0: no buffer, as
+ * accept(fd, addr, NULL) is, which keeps the kernel's EFAULT).
+ */
+struct accept_addr {
+	struct sockaddr_storage own;
+	socklen_t own_len;
+	struct sockaddr *addr;
+	socklen_t *len;
+	socklen_t room;
+};
+
+static void accept_addr_init(struct accept_addr *a, struct sockaddr *addr, socklen_t *len)
 {
-	return addr && len ? *len : 0;
+	a->own_len = sizeof(a->own);
+	a->addr = addr ? addr : (struct sockaddr *)&a->own;
+	a->len = addr ? len : &a->own_len;
+	a->room = a->addr && a->len ? *a->len : 0;
 }
 
 EXPORT int accept(int fd, struct sockaddr *addr, socklen_t *len)
 {
-	socklen_t room = accept_room(addr, len);
+	struct accept_addr a;
 
+	accept_addr_init(&a, addr, len);
 	real_ready();
-	return after_accept(fd, ss_real.accept(fd, addr, len), false, room ? addr : NULL, room,
-			    len);
+	return after_accept(fd, ss_real.accept(fd, a.addr, a.len), false, a.addr, a.room, a.len);
 }
 
 EXPORT int accept4(int fd, struct sockaddr *addr, socklen_t *len, int flags)
 {
-	socklen_t room = accept_room(addr, len);
+	struct accept_addr a;
 
+	accept_addr_init(&a, addr, len);
 	real_ready();
-	return after_accept(fd, ss_real.accept4(fd, addr, len, flags), (flags & SOCK_NONBLOCK) != 0,
-			    room ? addr : NULL, room, len);
+	return after_accept(fd, ss_real.accept4(fd, a.addr, a.len, flags),
+			    (flags & SOCK_NONBLOCK) != 0, a.addr, a.room, a.len);
 }
 
 /* connect() again on a socket whose connect the shim runs: what TCP would answer. */

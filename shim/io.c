@@ -306,15 +306,18 @@ static int io_wait_asking(struct ss_sock *s, int fd, bool out, struct io_sig *si
 {
 	int timeo = io_timeout_ms(s, out), slice = 1;
 	uint64_t end = timeo < 0 ? UINT64_MAX : ss_now_us() + (uint64_t)timeo * 1000;
+	/* The caller looked just before (io_read_shut, io_hold): the first slice waits at once. */
+	bool look = false;
 
 	while (ss_sock_state(s) == SS_SOCK_ASKING) {
 		struct pollfd p = {.fd = fd, .events = POLLIN};
 		int wait, r;
 
 		pthread_mutex_lock(&s->lock);
-		if (ss_client_step(s))
+		if (!look || ss_client_step(s))
 			p.events = ss_asking_events(s);
 		pthread_mutex_unlock(&s->lock);
+		look = true;
 		if (ss_sock_state(s) != SS_SOCK_ASKING)
 			return 0;
 		if ((wait = io_slice_ms(end, slice)) == 0)
@@ -489,13 +492,17 @@ static int io_wait_late(struct ss_sock *s, int fd, bool out)
 	bool pri = false;
 
 	for (;;) {
-		short events = ss_move_wait_events(s, out, pri);
+		uint32_t takes = 0;
+		short events = ss_move_wait_events(s, out, pri, &takes);
 		int r;
 
 		if (ss_sock_state(s) != SS_SOCK_LATE || events == SS_MOVE_WRITE_NOW)
 			return 0;
 		if ((r = io_slice_wait(&sl, fd, events)) < 0)
 			return r;
+		/* Bytes and no mark: the read that follows needs no peek. */
+		if (!out && r > 0)
+			ss_move_shown(s, takes, (short)r);
 		/* The peer's mark alone: looked for before the next slice (the call's reads and
 		 * writes do not). */
 		pri = (r & POLLPRI) && !(r & (out ? POLLOUT : POLLIN));
@@ -635,8 +642,9 @@ static int io_wait_decision(struct ss_sock *s, int fd, int flags, bool out)
 	st = ss_sock_state(s);
 	if (st == SS_SOCK_FALLBACK)
 		ss_fallback_flush(s);
-	else
-		ss_client_step(s);
+	else if (st != SS_SOCK_ASKING)
+		ss_client_step(s); /* an ASKING socket's callers looked just before: io_read_shut,
+				      io_hold */
 	pthread_mutex_unlock(&s->lock);
 	if (ss_sock_state(s) != st)
 		return 0;

@@ -416,13 +416,14 @@ ssize_t ss_move_send(struct ss_sock *s, const struct iovec *iov, int n, int flag
 	return r;
 }
 
-short ss_move_wait_events(struct ss_sock *s, bool out, bool pri)
+short ss_move_wait_events(struct ss_sock *s, bool out, bool pri, uint32_t *takes_p)
 {
 	short ev = 0;
 
 	pthread_mutex_lock(&s->lock);
 	move_step(s, pri);
 	if (ss_sock_state(s) == SS_SOCK_LATE) {
+		*takes_p = ss_lateio_takes(s->late);
 		/* Holding: the move's end is looked for between slices (and by the progress
 		 * thread). */
 		if (!out)
@@ -436,6 +437,15 @@ short ss_move_wait_events(struct ss_sock *s, bool out, bool pri)
 	}
 	pthread_mutex_unlock(&s->lock);
 	return ev;
+}
+
+void ss_move_shown(struct ss_sock *s, uint32_t takes, short revents)
+{
+	pthread_mutex_lock(&s->lock);
+	/* A socket is LATE once: the same exchange as when the poll began. */
+	if (ss_sock_state(s) == SS_SOCK_LATE)
+		ss_lateio_shown(s->late, takes, revents);
+	pthread_mutex_unlock(&s->lock);
 }
 
 /* ---- the ends the application asks for: pins, shutdown, close ---- */

@@ -283,9 +283,17 @@ unsigned ss_move_events(struct ss_sock *s);
  * (POLL*; 0: time only), after moving the exchange on; pri: the last slice
  * showed POLLPRI alone, so the peer's lone mark is looked for first.
  * SS_MOVE_WRITE_NOW: the writer's bytes go to the hold, which has room.
+ * *takes_p: where the socket's reads stand as the poll begins, for
+ * ss_move_shown.
  */
 #define SS_MOVE_WRITE_NOW ((short)-1)
-short ss_move_wait_events(struct ss_sock *s, bool out, bool pri);
+short ss_move_wait_events(struct ss_sock *s, bool out, bool pri, uint32_t *takes_p);
+
+/*
+ * A blocked reader's poll (begun at takes) showed revents: bytes with no
+ * mark pending let the next read take without a peek (ss_lateio_shown).
+ */
+void ss_move_shown(struct ss_sock *s, uint32_t takes, short revents);
 
 /*
  * The application's read (send) of a LATE socket, without waiting. A read

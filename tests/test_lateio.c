@@ -6,6 +6,7 @@
  * mark comes between a read's peek and its take.
  */
 #include <errno.h>
+#include <poll.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stdbool.h>
@@ -180,6 +181,24 @@ static void lio_release(struct lio_side *s)
 	}
 }
 
+/*
+ * As the shim's blocked reader does before its read: a poll's showing
+ * (ss_lateio_shown), so that reads take without a peek where the rules
+ * allow; not while a case waits to put the peer's mark inside a read's
+ * window (between a peek and its take).
+ */
+static unsigned lio_shown_reads;
+static void lio_show(struct lio_side *s)
+{
+	struct pollfd p = {.fd = s->fd, .events = POLLIN | POLLPRI};
+	uint32_t takes = ss_lateio_takes(&s->x);
+
+	if (lio_marker >= 0 || poll(&p, 1, 0) <= 0)
+		return;
+	ss_lateio_shown(&s->x, takes, p.revents);
+	lio_shown_reads += s->x.shown && s->x.rules.state == SS_LATE_QUIET;
+}
+
 /* The application reads what there is. */
 static void lio_read(struct lio_side *s, const struct lio_side *peer)
 {
@@ -196,6 +215,7 @@ static void lio_read(struct lio_side *s, const struct lio_side *peer)
 			fail_msg("a read of 0 bytes gave %d (%zu) in %s", r, got,
 				 ss_late_state_str(s->x.rules.state));
 		rp = ss_lateio_read(&s->x, peek, sizeof(peek), MSG_PEEK, true, &peeked);
+		lio_show(s);
 		r = ss_lateio_read(&s->x, buf, sizeof(buf), 0, true, &got);
 		if (rp == SS_LATEIO_BYTES && r == SS_LATEIO_BYTES &&
 		    memcmp(peek, buf, got < peeked ? got : peeked) != 0)
@@ -349,11 +369,96 @@ static void test_lateio_cases(void **state)
 	ss_urg_between_hook = lio_between;
 	for (size_t i = 0; i < sizeof(lio_cases) / sizeof(lio_cases[0]); i++)
 		lio_run(&lio_cases[i]);
+	/* The reads without a peek were made, among the others. */
+	assert_true(lio_shown_reads > 0);
+}
+
+/* What a wait on fd (POLLIN | POLLPRI, without waiting) shows x, as io.c's blocked reader. */
+static void lio_wait_shows(struct ss_lateio *x, int fd)
+{
+	struct pollfd p = {.fd = fd, .events = POLLIN | POLLPRI};
+	uint32_t takes = ss_lateio_takes(x);
+
+	usleep(20000); /* loopback delivers inside send; the pause only makes that not matter */
+	assert_int_equal(poll(&p, 1, 0), 1);
+	ss_lateio_shown(x, takes, p.revents);
+}
+
+/*
+ * The read without a peek (ss_lateio_shown), one rule at a time: bytes and
+ * no mark allow it; a read since the wait began voids it; a pending mark
+ * (POLLPRI) does not allow it, and is not lost.
+ */
+static void test_lateio_shown(void **state)
+{
+	static const struct lio_plan plain = {0};
+	struct ss_lateio *a = &lio_sides[0].x, *b = &lio_sides[1].x;
+	char buf[64];
+	size_t got = 0;
+	int fds[2];
+
+	(void)state;
+	ss_urg_between_hook = NULL;
+	tcp_loop_pair(&fds[0], &fds[1]);
+	for (int i = 0; i < 2; i++) {
+		lio_sides[i] = (struct lio_side){.plan = &plain, .fd = fds[i]};
+		ss_lateio_init(&lio_sides[i].x, &tcp_loop_io, fds[i], i == 0, 0xc0ffee, &lio_hooks,
+			       &lio_sides[i]);
+	}
+	assert_int_equal(send(fds[1], "hello", 5, 0), 5);
+	lio_wait_shows(a, fds[0]);
+	assert_true(a->shown);
+	assert_int_equal(ss_lateio_read(a, buf, sizeof(buf), 0, false, &got), SS_LATEIO_BYTES);
+	assert_true(got == 5 && memcmp(buf, "hello", 5) == 0);
+	assert_false(a->shown);
+
+	assert_int_equal(send(fds[1], "xy", 2, 0), 2);
+	{
+		struct pollfd p = {.fd = fds[0], .events = POLLIN | POLLPRI};
+		uint32_t takes = ss_lateio_takes(a);
+
+		usleep(20000);
+		assert_int_equal(poll(&p, 1, 0), 1);
+		/* Another read between the wait and the showing: it no longer holds. */
+		assert_int_equal(ss_lateio_read(a, buf, 1, 0, false, &got), SS_LATEIO_BYTES);
+		ss_lateio_shown(a, takes, p.revents);
+		assert_false(a->shown);
+		assert_int_equal(ss_lateio_read(a, buf, sizeof(buf), 0, false, &got),
+				 SS_LATEIO_BYTES);
+		assert_true(got == 1 && buf[0] == 'y');
+	}
+
+	/*
+	 * The peer's mark with its end right behind it (its application shut
+	 * down as it moved): POLLIN shows (the end), and so does POLLPRI. A
+	 * recv there would pass the mark and read the end.
+	 */
+	assert_int_equal(ss_lateio_event(b, SS_LATE_EV_MOVE), 0);
+	assert_int_equal(ss_lateio_step(b), 0);
+	assert_int_equal(shutdown(fds[1], SHUT_WR), 0);
+	lio_wait_shows(a, fds[0]);
+	if (a->shown)
+		fail_msg("a pending mark allowed a read without a peek");
+	(void)ss_lateio_read(a, buf, sizeof(buf), 0, false, &got);
+	/* Found, it is answered with ours (docs/protocol.md, section 5, rule 3). */
+	{
+		struct pollfd p = {.fd = fds[1], .events = POLLPRI};
+
+		usleep(20000);
+		if (poll(&p, 1, 0) != 1 || !(p.revents & POLLPRI))
+			fail_msg("the peer's mark was lost: not answered (%s)",
+				 ss_late_state_str(a->rules.state));
+	}
+	for (int i = 0; i < 2; i++) {
+		ss_lateio_free(&lio_sides[i].x);
+		close(fds[i]);
+	}
 }
 
 int main(void)
 {
-	const struct CMUnitTest tests[] = {cmocka_unit_test(test_lateio_cases)};
+	const struct CMUnitTest tests[] = {cmocka_unit_test(test_lateio_cases),
+					   cmocka_unit_test(test_lateio_shown)};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

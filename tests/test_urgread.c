@@ -56,6 +56,7 @@ struct row {
 #define SWITCHING(r, b) {STEP_READ, 0, SS_URG_LOOK_EACH, 0, r, b}
 #define BLIND(r, b) {STEP_READ, 0, SS_URG_LOOK_END, 0, r, b}
 #define RAW(n, b) {STEP_RAW, 0, SS_URG_LOOK_EMPTY, 0, n, b}
+#define SHOWN(r, b) {STEP_READ, 0, SS_URG_LOOK_SHOWN, 0, r, b}
 /* clang-format on */
 
 static const struct row rows[] = {
@@ -111,6 +112,24 @@ static const struct row rows[] = {
 	 {D("AAAA")},
 	 {U, D("HS")},
 	 {SWITCHING(SS_URG_BYTES, "AAAA"), SWITCHING(SS_URG_AT_MARK, NULL), RAW(2, "HS")}},
+	{"shown (bytes, no mark): one recv reads up to a mark behind them; the mark stays",
+	 {D("AAAA"), U},
+	 {},
+	 {SHOWN(SS_URG_BYTES, "AAAA"), QUIET(SS_URG_AT_MARK, NULL), QUIET(SS_URG_AT_MARK, NULL)}},
+	{"shown, a small buffer: up to the mark in two reads",
+	 {D("abcdef"), U},
+	 {},
+	 {{STEP_READ, 0, SS_URG_LOOK_SHOWN, 4, SS_URG_BYTES, "abcd"},
+	  SHOWN(SS_URG_BYTES, "ef"),
+	  QUIET(SS_URG_AT_MARK, NULL)}},
+	{"shown, the end: read as the end",
+	 {D("x"), SHUT},
+	 {},
+	 {SHOWN(SS_URG_BYTES, "x"), SHOWN(SS_URG_BYTES, "")}},
+	{"why a mark at the head voids a showing: a recv there passes it, and it is lost",
+	 {U, SHUT},
+	 {},
+	 {SHOWN(SS_URG_BYTES, ""), QUIET(SS_URG_BYTES, "")}},
 	{"bytes that come between the peek and the take wait for the next read",
 	 {D("AAAA")},
 	 {D("BBBB")},
