@@ -22,6 +22,7 @@
 #include "shim/epoll.h"
 #include "shim/io.h"
 #include "shim/mux.h"
+#include "shim/ownfd.h"
 #include "shim/real.h"
 #include "shim/shim.h"
 #include "shim/xfer.h"
@@ -159,9 +160,10 @@ static int after_accept(int lfd, int fd, bool nb, const struct sockaddr *addr, s
 }
 
 /*
- * The peer's address as accept gives it: into the application's buffer, or
- * into the shim's own when the application asks for none (addr NULL), so
- * that the status tool lists the connection without a getpeername. room:
+ * The peer's address as accept gives it: into the application's buffer, or,
+ * on a TCP listener of ours, into the shim's own when the application asks
+ * for none (addr NULL), so that the status tool lists the connection
+ * without a getpeername. room:
  * the buffer's size before the kernel writes *len (0: no buffer, as
  * accept(fd, addr, NULL) is, which keeps the kernel's EFAULT).
  */
@@ -173,11 +175,17 @@ struct accept_addr {
 	socklen_t room;
 };
 
-static void accept_addr_init(struct accept_addr *a, struct sockaddr *addr, socklen_t *len)
+static void accept_addr_init(struct accept_addr *a, int lfd, struct sockaddr *addr, socklen_t *len)
 {
+	struct ss_sock *l = addr ? NULL : ss_sock_get(lfd);
+	/* Only a TCP listener of ours: another family's accept may fail on the address
+	 * (AF_ALG's sockets have none). */
+	bool own = l && ss_sock_state(l) == SS_SOCK_LISTEN;
+
+	ss_sock_put(l);
 	a->own_len = sizeof(a->own);
-	a->addr = addr ? addr : (struct sockaddr *)&a->own;
-	a->len = addr ? len : &a->own_len;
+	a->addr = own ? (struct sockaddr *)&a->own : addr;
+	a->len = own ? &a->own_len : len;
 	a->room = a->addr && a->len ? *a->len : 0;
 }
 
@@ -185,8 +193,8 @@ EXPORT int accept(int fd, struct sockaddr *addr, socklen_t *len)
 {
 	struct accept_addr a;
 
-	accept_addr_init(&a, addr, len);
 	real_ready();
+	accept_addr_init(&a, fd, addr, len);
 	return after_accept(fd, ss_real.accept(fd, a.addr, a.len), false, a.addr, a.room, a.len);
 }
 
@@ -194,8 +202,8 @@ EXPORT int accept4(int fd, struct sockaddr *addr, socklen_t *len, int flags)
 {
 	struct accept_addr a;
 
-	accept_addr_init(&a, addr, len);
 	real_ready();
+	accept_addr_init(&a, fd, addr, len);
 	return after_accept(fd, ss_real.accept4(fd, a.addr, a.len, flags),
 			    (flags & SOCK_NONBLOCK) != 0, a.addr, a.room, a.len);
 }
@@ -796,6 +804,8 @@ EXPORT int close(int fd)
 	}
 	if (ss_in_vfork_child())
 		return ss_real.close(fd);
+	/* One of our private numbers closed by the application (a close loop) is not ours now. */
+	ss_ownfd_forget(fd);
 	s = ss_sock_remove_fd(fd, &ret);
 	if (s) {
 		last_name_closed(s);
@@ -1018,6 +1028,7 @@ static void forget_target(int oldfd, int newfd)
 
 	if (oldfd == newfd || ss_in_vfork_child())
 		return;
+	ss_ownfd_forget(newfd); /* a private number the application puts its file on is its own */
 	t = ss_sock_remove_fd(newfd, NULL);
 	if (t)
 		last_name_closed(t);
@@ -1181,6 +1192,8 @@ EXPORT int setsockopt(int fd, int level, int name, const void *val, socklen_t le
 			o->len = len;
 			memcpy(o->val, val, len);
 		}
+		if (level == SOL_SOCKET && name == SO_RCVLOWAT && len >= sizeof(int))
+			s->lowat = *(const int *)val > 1;
 		if (level == IPPROTO_TCP && name == TCP_CORK && len >= sizeof(int)) {
 			s->cork = *(const int *)val != 0;
 			if (!s->cork && st == SS_SOCK_UPGRADED) {

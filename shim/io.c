@@ -496,7 +496,7 @@ static int io_wait_late(struct ss_sock *s, int fd, bool out)
 		short events = ss_move_wait_events(s, out, pri, &takes);
 		int r;
 
-		if (ss_sock_state(s) != SS_SOCK_LATE || events == SS_MOVE_WRITE_NOW)
+		if (ss_sock_state(s) != SS_SOCK_LATE || events == SS_MOVE_NOW)
 			return 0;
 		if ((r = io_slice_wait(&sl, fd, events)) < 0)
 			return r;
@@ -527,6 +527,15 @@ static ssize_t io_late_recv(struct ss_sock *s, int fd, const struct iovec *iov, 
 		ss_move_pin(s);
 		return ss_sock_state(s) == SS_SOCK_LATE ? -EINVAL : -SS_REDO;
 	}
+	/*
+	 * A blocking read waits first when only TCP can answer it: with the
+	 * showing (ss_move_shown) the wait and the read cost what a peek and
+	 * a take do when bytes are there, and save the peek that finds
+	 * nothing when they are not (a reply a round trip away).
+	 */
+	if (want > 0 && !(flags & MSG_ERRQUEUE) && !s->lowat && io_would_wait(s, fd, flags) &&
+	    ss_move_reads_tcp(s) && (r = io_wait_late(s, fd, false)) != 0)
+		return r;
 	if ((r = io_vec_copy(&local, iov, n)))
 		return r;
 	for (;;) {

@@ -96,7 +96,9 @@ int ss_put_on_names(struct ss_sock *s, int newfd)
 		ss_epoll_readd_kernel(s, fd);
 	}
 	pthread_mutex_unlock(&s->fd_lock);
-	ss_real.close(newfd);
+	/* newfd: our private TCP socket (ss_leave_pair), or our socketpair end, never remembered.
+	 */
+	ss_private_close(newfd);
 	return ret;
 }
 

@@ -427,16 +427,28 @@ short ss_move_wait_events(struct ss_sock *s, bool out, bool pri, uint32_t *takes
 		/* Holding: the move's end is looked for between slices (and by the progress
 		 * thread). */
 		if (!out)
-			ev = POLLIN | POLLPRI;
+			ev = s->late->taken_len || s->late->taken_eof ? SS_MOVE_NOW
+								      : POLLIN | POLLPRI;
 		else if (!move_holds(s))
 			ev = POLLOUT | POLLPRI;
 		else if (s->hold_len < s->hold_max)
-			ev = SS_MOVE_WRITE_NOW; /* as a socket buffer with room */
+			ev = SS_MOVE_NOW; /* as a socket buffer with room */
 		else if (ss_lateio_owes(s->late))
 			ev = POLLOUT;
 	}
 	pthread_mutex_unlock(&s->lock);
 	return ev;
+}
+
+bool ss_move_reads_tcp(struct ss_sock *s)
+{
+	bool r;
+
+	pthread_mutex_lock(&s->lock);
+	r = ss_sock_state(s) == SS_SOCK_LATE && s->late->rules.state == SS_LATE_QUIET &&
+	    !s->late->taken_len && !s->late->taken_eof;
+	pthread_mutex_unlock(&s->lock);
+	return r;
 }
 
 void ss_move_shown(struct ss_sock *s, uint32_t takes, short revents)

@@ -13,7 +13,4 @@ void ss_ownfd_forget(int fd);
 /* The lowest fd in [from, last] that is the shim's: true with *fd_p, or false. */
 bool ss_ownfd_next(unsigned from, unsigned last, unsigned *fd_p);
 
-/* In a forked child, before any other of the shim's after-fork work: the lock is made anew. */
-void ss_ownfd_after_fork(void);
-
 #endif

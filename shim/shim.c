@@ -4,7 +4,6 @@
 #include <unistd.h>
 
 #include "shim/epoll.h"
-#include "shim/ownfd.h"
 #include "shim/real.h"
 #include "shim/ready.h"
 #include "shim/shim.h"
@@ -98,7 +97,6 @@ static void before_fork(void)
 static void after_fork_child(void)
 {
 	fork_parent = atomic_load_explicit(&ss_pid, memory_order_relaxed);
-	ss_ownfd_after_fork(); /* first: the closes below forget their numbers under its lock */
 	atomic_store_explicit(&ss_pid, getpid(), memory_order_relaxed);
 	ss_sock_after_fork();
 	ss_loader_after_fork();

@@ -282,12 +282,17 @@ unsigned ss_move_events(struct ss_sock *s);
  * What a blocked reader (out: writer) of a LATE socket polls its fd for
  * (POLL*; 0: time only), after moving the exchange on; pri: the last slice
  * showed POLLPRI alone, so the peer's lone mark is looked for first.
- * SS_MOVE_WRITE_NOW: the writer's bytes go to the hold, which has room.
+ * SS_MOVE_NOW: the call goes on at once (a reader: the move took the
+ * peer's bytes off TCP for it; a writer: its bytes go to the hold, which has
+ * room).
  * *takes_p: where the socket's reads stand as the poll begins, for
  * ss_move_shown.
  */
-#define SS_MOVE_WRITE_NOW ((short)-1)
+#define SS_MOVE_NOW ((short)-1)
 short ss_move_wait_events(struct ss_sock *s, bool out, bool pri, uint32_t *takes_p);
+
+/* True when what a read of s finds can only come from its TCP socket: LATE, QUIET, none taken. */
+bool ss_move_reads_tcp(struct ss_sock *s);
 
 /*
  * A blocked reader's poll (begun at takes) showed revents: bytes with no

@@ -145,7 +145,8 @@ struct ss_sock {
 	/* LATE: the move's exchange over tcp_fd, and what the connection did so far (moving.c) */
 	struct ss_lateio *late;
 	uint64_t late_born_ms, late_bytes, late_calls;
-	bool late_looked;           /* the progress thread's first look is done (its watch armed) */
+	bool late_looked; /* the progress thread's first look is done (its watch armed) */
+	bool lowat;       /* SO_RCVLOWAT above 1 was set: a blocking read looks before it waits */
 	struct ss_params late_peer; /* the peer's HELLO (server) or ACCEPT (client) */
 	/* FALLBACK: a live downgrade's TCP exchange to finish first (down.c) */
 	struct ss_down *down;

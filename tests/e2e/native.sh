@@ -70,3 +70,43 @@ epoll_closefrom > "$WORK/cf.tcp" 2>&1
 env LD_PRELOAD="$PRELOAD" bash -c "$(declare -f epoll_closefrom); epoll_closefrom" > "$WORK/cf.shim" 2>&1
 diff -u "$WORK/cf.tcp" "$WORK/cf.shim" || fail "closefrom/close_range over an epoll instance: other than without the shim (- kernel, + shim)"
 pass "closefrom/close_range over an epoll instance: as without the shim: $(tr '\n' ' ' < "$WORK/cf.shim")"
+
+# A number the shim keeps (a connection's private duplicate) that the
+# application closes itself and puts its own file on is the application's:
+# closefrom() closes it, as without the shim (the shim forgets the number in
+# the application's close; docs/design.md, "Process model").
+private_taken() {
+	local how
+	for how in "close, then F_DUPFD onto it" "dup2 onto it"; do
+		python3 -c '
+import ctypes, fcntl, os, socket, sys
+how = sys.argv[1]
+libc = ctypes.CDLL(None, use_errno=True)
+ls = socket.socket(); ls.bind(("127.0.0.1", 0)); ls.listen()
+c = socket.create_connection(ls.getsockname()); a, _ = ls.accept()
+c.sendall(b"x"); a.recv(1)
+ino = os.fstat(c.fileno()).st_ino
+dups = [int(f) for f in os.listdir("/proc/self/fd") if int(f) != c.fileno()
+        and os.path.exists("/proc/self/fd/" + f) and os.stat("/proc/self/fd/" + f).st_ino == ino]
+n = max(dups) if dups else c.fileno()
+f = os.open("/dev/null", os.O_RDONLY)
+if how.startswith("close"):
+    os.close(n)
+    assert fcntl.fcntl(f, fcntl.F_DUPFD, n) == n
+else:
+    os.dup2(f, n)
+os.close(f)
+libc.closefrom(n)
+try:
+    os.fstat(n); state = "open"
+except OSError:
+    state = "closed"
+print("%s: the application'"'"'s file there after closefrom: %s" % (how, state), flush=True)
+os._exit(0)
+' "$how"
+	done
+}
+private_taken > "$WORK/pt.tcp" 2>&1
+env LD_PRELOAD="$PRELOAD" bash -c "$(declare -f private_taken); private_taken" > "$WORK/pt.shim" 2>&1
+diff -u "$WORK/pt.tcp" "$WORK/pt.shim" || fail "a private number the application took over: other than without the shim (- kernel, + shim)"
+pass "a private number the application took over: as without the shim: $(tr '\n' ' ' < "$WORK/pt.shim")"

@@ -134,6 +134,10 @@ start_case readall greet-shut "" "SRQSHIM_MODE=tcp"
 # server's blocking read gets it (part of a message for a second is the
 # peer's own bytes), never EAGAIN.
 start_case nul greet "" "SRQSHIM_MODE=tcp"
+# SO_RCVLOWAT above what is there: a blocking read of fewer bytes returns
+# them at once, as TCP's (a connection on TCP that may move: its blocking
+# reads look before they wait once the application set a low mark).
+start_case lowat greet "" ""
 # shutdown(SHUT_RD) shows at once in a wait, as TCP's, before the answer
 # (LATER 500 ms late): the kernel's end of our own SHUT_RD, which the
 # answer's read does not take for the server's.

@@ -31,10 +31,15 @@ kernel TCP and under the shim; timings only as bounds far above TCP's.
       readall: reads to the end (at most 5 s)
       nul: reads the greeting, writes b"\\0" (the first byte of a handshake
       message), then b"x\n" 1.5 s later
+      lowat: SO_RCVLOWAT 10, then a blocking read of 3 bytes 0.2 s after
+      connect (the 3-byte greeting is in): TCP's read returns them (its
+      target is the smaller of the mark and the length); a wait for the
+      mark would hang (5 s alarm)
 """
 import fcntl
 import os
 import select
+import signal
 import socket
 import struct
 import sys
@@ -259,6 +264,22 @@ def case(which, addr, port):
         s.sendall(b"\0")
         time.sleep(1.5)
         s.sendall(b"x\n")
+        s.close()
+    elif which == "lowat":
+        def on_alarm(signum, frame):
+            raise TimeoutError
+
+        s = socket.create_connection((addr, port))
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVLOWAT, 10)
+        time.sleep(0.2)
+        signal.signal(signal.SIGALRM, on_alarm)
+        signal.alarm(5)
+        try:
+            got = s.recv(3)
+        except TimeoutError:
+            got = b"<hung>"
+        signal.alarm(0)
+        print("read:", got, flush=True)
         s.close()
     elif which == "endfirst":
         s = socket.create_connection((addr, port))
