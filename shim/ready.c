@@ -280,7 +280,22 @@ bool ss_wait_has_transport(void)
 	return atomic_load_explicit(&ss_w, memory_order_acquire) != NULL;
 }
 
-/* Starts a spin with the thread's budget: polls the CQs and reads the clock. */
+/* Reads the clock; the call's first reading is its origin and fixes its deadline. */
+static uint64_t wait_clock(struct ss_wait *wt)
+{
+	uint64_t now = ss_now_us();
+
+	if (!wt->clocked) {
+		wt->clocked = true;
+		wt->origin_us = now;
+		wt->deadline_us =
+			wt->timeout_ms < 0 ? UINT64_MAX : now + (uint64_t)wt->timeout_ms * 1000;
+	}
+	wt->now_us = now;
+	return now;
+}
+
+/* Starts a spin with the thread's budget: polls the CQs; the clock only when it spins. */
 static void wait_spin_start(struct ss_wait *wt)
 {
 	int budget;
@@ -297,9 +312,10 @@ static void wait_spin_start(struct ss_wait *wt)
 	 */
 	if (ss_wait_has_transport())
 		ss_tp->worker_poll(atomic_load_explicit(&ss_w, memory_order_acquire));
-	wt->start_us = wt->now_us = ss_now_us();
-	wt->spin_end_us = wt->start_us + (uint64_t)budget;
 	wt->rounds = 0;
+	wt->budget_us = wt->timeout_ms == 0 ? 0 : budget;
+	if (wt->budget_us)
+		wt->spin_end_us = wait_clock(wt) + (uint64_t)budget;
 }
 
 void ss_wait_begin(struct ss_wait *wt, int timeout_ms, unsigned sig_base)
@@ -312,9 +328,12 @@ void ss_wait_begin(struct ss_wait *wt, int timeout_ms, unsigned sig_base)
 	wt->pollers = false;
 	wt->sleeper = false;
 	wt->slept = false;
+	wt->timeout_ms = timeout_ms;
+	/* A timeout of 0 is over at once, with no reading; others from the first one. */
+	wt->clocked = timeout_ms == 0;
+	wt->origin_us = wt->now_us = 0;
+	wt->deadline_us = timeout_ms == 0 ? 0 : UINT64_MAX;
 	wait_spin_start(wt);
-	wt->origin_us = wt->start_us;
-	wt->deadline_us = timeout_ms < 0 ? UINT64_MAX : wt->start_us + (uint64_t)timeout_ms * 1000;
 }
 
 void ss_wait_resume(struct ss_wait *wt)
@@ -345,10 +364,13 @@ static bool ss_wait_spin(struct ss_wait *wt, bool *eintr)
 		*eintr = true;
 		return false;
 	}
+	wt->rounds++;
+	if (!wt->budget_us)
+		return false;
 	/* The clock only every 4th round: it may be a system call (a guest's HPET). */
-	if (++wt->rounds % 4 != 1)
+	if (wt->rounds % 4 != 0)
 		return true;
-	now = wt->now_us = ss_now_us();
+	now = wait_clock(wt);
 	if (now >= wt->deadline_us)
 		return false;
 	if (now >= wt->spin_end_us) {
@@ -356,7 +378,7 @@ static bool ss_wait_spin(struct ss_wait *wt, bool *eintr)
 		return false;
 	}
 	/* The peer, and rxe's kernel work, need the other CPU now and then. */
-	if (wt->rounds % 8 == 1)
+	if (wt->rounds % 8 == 0)
 		sched_yield();
 	return true;
 }
@@ -385,7 +407,8 @@ void ss_wait_hit(struct ss_wait *wt)
 	uint64_t took;
 	int b;
 
-	if (!wt->rounds && !wt->slept)
+	/* Nothing to learn without a spin to size, or before a reading (ss_wait_arm makes one). */
+	if ((!wt->rounds && !wt->slept) || !ss_cfg.poll_us || !wt->clocked)
 		return;
 	took = ss_now_us() - wt->origin_us;
 	if (took > (uint64_t)ss_cfg.poll_us)
@@ -409,6 +432,9 @@ bool ss_wait_arm(struct ss_wait *wt)
 		wt->sleeper = true;
 	}
 	wt->slept = true;
+	/* The budget learns from how long a sleep took: it needs the time it began. */
+	if (ss_cfg.poll_us && !wt->clocked)
+		wait_clock(wt);
 	return ss_tp->worker_arm(w) == 0;
 }
 
@@ -423,9 +449,9 @@ int ss_wait_left_ms(struct ss_wait *wt)
 {
 	uint64_t now;
 
-	if (wt->deadline_us == UINT64_MAX)
-		return -1;
-	now = wt->now_us = ss_now_us();
+	if (wt->timeout_ms <= 0)
+		return wt->timeout_ms;
+	now = wait_clock(wt);
 	return now >= wt->deadline_us ? 0 : (int)((wt->deadline_us - now + 999) / 1000);
 }
 

@@ -40,11 +40,20 @@ void ss_ready_mirror_put(struct ss_sock *s);
  * how often spinning found work, then arms them and sleeps in the kernel.
  */
 struct ss_wait {
-	uint64_t origin_us;             /* when the call began (ss_wait_begin) */
-	uint64_t start_us, deadline_us; /* this spin's start; deadline UINT64_MAX: none */
+	/*
+	 * The clock is read only when the wait needs it (a spin, a sleep with
+	 * a timeout, learning the budget): it may be a system call (a guest's
+	 * HPET), and a wait that finds something at its first look needs none.
+	 * Its first reading is the call's origin and fixes the deadline.
+	 */
+	uint64_t origin_us;   /* the first clock reading of the call */
+	uint64_t deadline_us; /* UINT64_MAX: none, or not yet read */
 	uint64_t spin_end_us;
 	uint64_t now_us;   /* the last clock reading (read every 4th round of a spin) */
+	int timeout_ms;    /* as the application gave it (-1: none) */
+	int budget_us;     /* this spin's budget (0: sleep at once) */
 	unsigned sig_seen; /* signal handlers run by this thread when the call began */
+	bool clocked;      /* origin_us and deadline_us are set */
 	bool pollers;      /* counted in the worker's pollers */
 	bool sleeper;      /* counted in the worker's sleepers (asleep on CQ events) */
 	bool slept;        /* it slept in the kernel at least once */
@@ -89,7 +98,8 @@ bool ss_wait_arm(struct ss_wait *wt);
 /* The kernel sleep after ss_wait_arm is over: no longer a sleeper. */
 void ss_wait_woke(struct ss_wait *wt);
 
-/* Milliseconds left to sleep (-1: no limit); reads the clock. */
+/* Milliseconds left to sleep (-1: no limit; 0 for a timeout of 0); reads the clock for a timeout >
+ * 0. */
 int ss_wait_left_ms(struct ss_wait *wt);
 
 /* The wait ends (whatever the outcome). */
