@@ -313,6 +313,7 @@ static void wait_spin_start(struct ss_wait *wt)
 	if (ss_wait_has_transport())
 		ss_tp->worker_poll(atomic_load_explicit(&ss_w, memory_order_acquire));
 	wt->rounds = 0;
+	wt->fresh = false;
 	wt->budget_us = wt->timeout_ms == 0 ? 0 : budget;
 	if (wt->budget_us)
 		wt->spin_end_us = wait_clock(wt) + (uint64_t)budget;
@@ -365,20 +366,33 @@ static bool ss_wait_spin(struct ss_wait *wt, bool *eintr)
 		return false;
 	}
 	wt->rounds++;
-	if (!wt->budget_us)
-		return false;
-	/* The clock only every 4th round: it may be a system call (a guest's HPET). */
-	if (wt->rounds % 4 != 0)
-		return true;
-	now = wait_clock(wt);
-	if (now >= wt->deadline_us)
-		return false;
-	if (now >= wt->spin_end_us) {
-		wait_budget_us = wait_budget_us > 8 ? wait_budget_us / 2 : 0;
+	if (!wt->budget_us) {
+		/*
+		 * No spin: a sleep comes next. The clock for a deadline (a wait
+		 * whose arming keeps finding something must still see it pass)
+		 * or for the budget to learn from the sleep; the time left
+		 * before the sleep is taken from this reading.
+		 */
+		if (wt->timeout_ms > 0 || (ss_cfg.poll_us && !wt->clocked)) {
+			wait_clock(wt);
+			wt->fresh = true;
+		}
 		return false;
 	}
+	/* The clock only every 4th round: it may be a system call (a guest's HPET). */
+	if (wt->rounds % 4 == 0) {
+		now = wait_clock(wt);
+		wt->fresh = true;
+		if (now >= wt->deadline_us)
+			return false;
+		if (now >= wt->spin_end_us) {
+			wait_budget_us = wait_budget_us > 8 ? wait_budget_us / 2 : 0;
+			return false;
+		}
+		wt->fresh = false;
+	}
 	/* The peer, and rxe's kernel work, need the other CPU now and then. */
-	if (wt->rounds % 8 == 0)
+	if (wt->rounds % 8 == 1)
 		sched_yield();
 	return true;
 }
@@ -407,7 +421,7 @@ void ss_wait_hit(struct ss_wait *wt)
 	uint64_t took;
 	int b;
 
-	/* Nothing to learn without a spin to size, or before a reading (ss_wait_arm makes one). */
+	/* Nothing to learn without a spin to size, or without a reading before the find. */
 	if ((!wt->rounds && !wt->slept) || !ss_cfg.poll_us || !wt->clocked)
 		return;
 	took = ss_now_us() - wt->origin_us;
@@ -432,9 +446,6 @@ bool ss_wait_arm(struct ss_wait *wt)
 		wt->sleeper = true;
 	}
 	wt->slept = true;
-	/* The budget learns from how long a sleep took: it needs the time it began. */
-	if (ss_cfg.poll_us && !wt->clocked)
-		wait_clock(wt);
 	return ss_tp->worker_arm(w) == 0;
 }
 
@@ -451,7 +462,9 @@ int ss_wait_left_ms(struct ss_wait *wt)
 
 	if (wt->timeout_ms <= 0)
 		return wt->timeout_ms;
-	now = wait_clock(wt);
+	/* The reading of the step that chose to sleep, if it made one: a sleep a little longer. */
+	now = wt->fresh ? wt->now_us : wait_clock(wt);
+	wt->fresh = false;
 	return now >= wt->deadline_us ? 0 : (int)((wt->deadline_us - now + 999) / 1000);
 }
 

@@ -43,8 +43,7 @@ struct ss_wait {
 	/*
 	 * The clock is read only when the wait needs it (a spin, a sleep with
 	 * a timeout, learning the budget): it may be a system call (a guest's
-	 * HPET), and a wait that finds something at its first look needs none.
-	 * Its first reading is the call's origin and fixes the deadline.
+	 * HPET). Its first reading is the call's origin and fixes the deadline.
 	 */
 	uint64_t origin_us;   /* the first clock reading of the call */
 	uint64_t deadline_us; /* UINT64_MAX: none, or not yet read */
@@ -54,6 +53,7 @@ struct ss_wait {
 	int budget_us;     /* this spin's budget (0: sleep at once) */
 	unsigned sig_seen; /* signal handlers run by this thread when the call began */
 	bool clocked;      /* origin_us and deadline_us are set */
+	bool fresh;        /* now_us was read by the step that chose to sleep */
 	bool pollers;      /* counted in the worker's pollers */
 	bool sleeper;      /* counted in the worker's sleepers (asleep on CQ events) */
 	bool slept;        /* it slept in the kernel at least once */
