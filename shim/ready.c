@@ -331,7 +331,7 @@ void ss_wait_begin(struct ss_wait *wt, int timeout_ms, unsigned sig_base)
 	wt->slept = false;
 	wt->timeout_ms = timeout_ms;
 	/* A timeout of 0 is over at once, with no reading; others from the first one. */
-	wt->clocked = timeout_ms == 0;
+	wt->clocked = false;
 	wt->origin_us = wt->now_us = 0;
 	wt->deadline_us = timeout_ms == 0 ? 0 : UINT64_MAX;
 	wait_spin_start(wt);
@@ -382,14 +382,13 @@ static bool ss_wait_spin(struct ss_wait *wt, bool *eintr)
 	/* The clock only every 4th round: it may be a system call (a guest's HPET). */
 	if (wt->rounds % 4 == 0) {
 		now = wait_clock(wt);
-		wt->fresh = true;
-		if (now >= wt->deadline_us)
-			return false;
-		if (now >= wt->spin_end_us) {
-			wait_budget_us = wait_budget_us > 8 ? wait_budget_us / 2 : 0;
+		if (now >= wt->deadline_us || now >= wt->spin_end_us) {
+			/* A spin that ran its budget out before the deadline found nothing. */
+			if (now < wt->deadline_us)
+				wait_budget_us = wait_budget_us > 8 ? wait_budget_us / 2 : 0;
+			wt->fresh = true;
 			return false;
 		}
-		wt->fresh = false;
 	}
 	/* The peer, and rxe's kernel work, need the other CPU now and then. */
 	if (wt->rounds % 8 == 1)

@@ -98,8 +98,11 @@ bool ss_wait_arm(struct ss_wait *wt);
 /* The kernel sleep after ss_wait_arm is over: no longer a sleeper. */
 void ss_wait_woke(struct ss_wait *wt);
 
-/* Milliseconds left to sleep (-1: no limit; 0 for a timeout of 0); reads the clock for a timeout >
- * 0. */
+/*
+ * Milliseconds left to sleep: -1 for no limit, 0 for a timeout of 0; for a
+ * timeout > 0, from the clock (the reading of the step that chose to sleep,
+ * if it made one).
+ */
 int ss_wait_left_ms(struct ss_wait *wt);
 
 /* The wait ends (whatever the outcome). */
