@@ -1,6 +1,8 @@
 #include "handshake/session.h"
 
 #include <errno.h>
+#include <stdlib.h>
+#include <string.h>
 #include <sys/socket.h>
 
 /*
@@ -130,5 +132,60 @@ enum ss_hs_read_result ss_hs_read(const struct ss_hs_io *io, int fd, struct ss_m
 
 	if (r == SS_HSR_MSG && ss_hs_consume(io, fd, used) != 0)
 		return SS_HSR_ERROR;
+	return r;
+}
+
+enum ss_hs_read_result ss_hs_take(const struct ss_hs_io *io, int fd, struct ss_hs_part **part_p,
+				  struct ss_msg *m, enum ss_dec_result *dec_p)
+{
+	uint8_t mine[SS_HELLO_MAX_LEN];
+	struct ss_hs_part *p = *part_p;
+	uint8_t *buf = p ? p->buf : mine;
+	size_t got = p ? p->got : 0, want;
+	enum ss_hs_read_result r;
+
+	for (;;) {
+		/* Nothing yet is a valid prefix: the header is wanted first. */
+		enum ss_dec_result d = ss_msg_decode(buf, got, m, &want);
+		ssize_t n;
+
+		if (d == SS_DEC_OK) {
+			r = SS_HSR_MSG;
+			break;
+		}
+		if (d != SS_DEC_SHORT) {
+			if (dec_p)
+				*dec_p = d;
+			r = d == SS_DEC_FOREIGN ? SS_HSR_FOREIGN : SS_HSR_BAD;
+			break;
+		}
+		n = io->recv(fd, buf + got, want - got, MSG_DONTWAIT);
+		if (n > 0) {
+			got += (size_t)n;
+			continue;
+		}
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0 && errno != EAGAIN) {
+			r = SS_HSR_ERROR;
+			break;
+		}
+		if (n == 0) {
+			r = SS_HSR_EOF;
+			break;
+		}
+		/* Nothing more now: what came of the message waits for the rest. */
+		if (got && !p) {
+			if (!(p = malloc(sizeof(*p))))
+				return SS_HSR_ERROR;
+			memcpy(p->buf, mine, got);
+		}
+		if (p)
+			p->got = (uint16_t)got;
+		*part_p = p;
+		return SS_HSR_TIMEOUT;
+	}
+	free(p);
+	*part_p = NULL;
 	return r;
 }

@@ -48,9 +48,17 @@ static struct ss_msg asking_hello(uint32_t nonce)
 	};
 }
 
+/* Part of an answer taken before the rest came: of no use once the socket leaves ASKING. */
+static void asking_drop_part(struct ss_sock *s)
+{
+	free(s->answer_part);
+	s->answer_part = NULL;
+}
+
 /* Plain from here: the application's fd is the TCP socket already. */
 static void asking_plain(struct ss_sock *s, enum ss_reason why)
 {
+	asking_drop_part(s);
 	free(s->hold);
 	s->hold = NULL;
 	s->hold_len = 0;
@@ -90,6 +98,7 @@ static void asking_reconnect(struct ss_sock *s, enum ss_reason why)
 	 * Our socketpair goes on the application's names first, unless it
 	 * closed them (its bytes are delivered in the background).
 	 */
+	asking_drop_part(s);
 	if (s->n_fds == 0 || ss_enter_pair(s) == 0) {
 		ss_client_reconnect(s, why);
 		return;
@@ -102,23 +111,25 @@ static void asking_reconnect(struct ss_sock *s, enum ss_reason why)
 	asking_plain(s, why);
 }
 
-/* Takes the server's answer, if it is there. */
+/*
+ * Takes the server's answer, if it is there: without a peek (ss_hs_take),
+ * since bytes that are no answer end this connection anyway (a plain
+ * connection replaces it), and part of an answer waits in answer_part
+ * while the socket shows nothing more.
+ */
 static void asking_answers(struct ss_sock *s)
 {
 	struct ss_msg m;
 
 	for (;;) {
-		enum ss_hs_read_result rr = ss_hs_read(&ss_real_io, s->tcp_fd, &m, 0, NULL);
+		enum ss_hs_read_result rr =
+			ss_hs_take(&ss_real_io, s->tcp_fd, &s->answer_part, &m, NULL);
 		bool ours = rr == SS_HSR_MSG && m.nonce == s->nonce;
 
-		s->partial = rr == SS_HSR_PARTIAL;
+		s->looked_empty = rr == SS_HSR_TIMEOUT;
 		/* The end of our own SHUT_RD is no answer (its fd shows it at once, as TCP's). */
 		if (rr == SS_HSR_TIMEOUT || (rr == SS_HSR_EOF && ss_read_end_is_ours(s, s->tcp_fd)))
 			return;
-		if (rr == SS_HSR_PARTIAL) {
-			ss_bg_kick(s, ss_deadline_in(2)); /* the rest of it is looked for shortly */
-			return;
-		}
 		if (ours && m.type == SS_MSG_ACK) {
 			/* A server that acknowledges (it ignores bit 3): the acknowledged wait. */
 			s->deadline = ss_deadline_in(ss_cfg.acked_timeout_ms);
@@ -161,11 +172,12 @@ short ss_asking_events(const struct ss_sock *s)
 	if (!s->hello_sent || s->answered)
 		return POLLOUT;
 	/*
-	 * Part of the answer shows POLLIN until the rest comes, and so does
-	 * the end of our own SHUT_RD always: the caller's slice is the wait
-	 * (the progress thread's, ASKING_SHUT_LOOK_MS: ss_asking_step).
+	 * The end of our own SHUT_RD shows POLLIN always: the caller's slice
+	 * is the wait (the progress thread's, ASKING_SHUT_LOOK_MS:
+	 * ss_asking_step). Part of the answer is taken (answer_part): the
+	 * socket shows POLLIN again when more comes.
 	 */
-	return s->partial || atomic_load(&s->shut_rd) ? 0 : POLLIN;
+	return atomic_load(&s->shut_rd) ? 0 : POLLIN;
 }
 
 /*
@@ -183,6 +195,7 @@ static void asking_send_hello(struct ss_sock *s)
 	ss_test_delay(SS_TP_CLIENT_HELLO);
 	ss_send_msg(s->tcp_fd, &hello, 0); /* an empty socket takes it whole */
 	s->hello_sent = true;
+	s->looked_empty = true; /* the answer is a round trip away */
 	/* A destination seen shimmed answers once its server accepts: the longer wait. */
 	s->deadline =
 		ss_now_coarse_ms() + ss_coarse_slack_ms() +

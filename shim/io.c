@@ -115,16 +115,20 @@ static bool io_poll_cqs(void)
  * Takes an ASKING socket's answer if it is in. True while it is not: then
  * nothing on its TCP socket is the application's yet (FIONREAD would count
  * the answer's bytes), and a read shut meanwhile (*shut_rd) sees the end
- * at once, as TCP's after SHUT_RD with nothing queued.
+ * at once, as TCP's after SHUT_RD with nothing queued. may_wait: the
+ * caller waits in the kernel's poll next (io_wait_asking), which shows
+ * an answer come since the last look found nothing (the write's, before
+ * a read): then it does not look again first.
  */
-static bool io_asking_unanswered(struct ss_sock *s, bool *shut_rd)
+static bool io_asking_unanswered(struct ss_sock *s, bool may_wait, bool *shut_rd)
 {
 	bool asking;
 
 	if (ss_sock_state(s) != SS_SOCK_ASKING)
 		return false;
 	pthread_mutex_lock(&s->lock);
-	asking = ss_client_step(s) && ss_sock_state(s) == SS_SOCK_ASKING && !s->answered;
+	asking = ((may_wait && s->looked_empty) || ss_client_step(s)) &&
+		 ss_sock_state(s) == SS_SOCK_ASKING && !s->answered;
 	*shut_rd = atomic_load(&s->shut_rd);
 	pthread_mutex_unlock(&s->lock);
 	return asking;
@@ -134,14 +138,15 @@ static bool io_asking_unanswered(struct ss_sock *s, bool *shut_rd)
  * Whether a read of s sees the end at once: shut (SHUT_RD) while nothing
  * of the stream is the application's yet (the answer not taken, or a
  * plain connection being made again), as TCP's read after SHUT_RD with
- * nothing queued. Takes an ASKING socket's answer if it is in.
+ * nothing queued. Takes an ASKING socket's answer if it is in (may_wait:
+ * as io_asking_unanswered).
  */
-static bool io_read_shut(struct ss_sock *s)
+static bool io_read_shut(struct ss_sock *s, bool may_wait)
 {
 	bool shut_rd = false;
 	int st;
 
-	if (io_asking_unanswered(s, &shut_rd))
+	if (io_asking_unanswered(s, may_wait, &shut_rd))
 		return shut_rd;
 	st = ss_sock_state(s);
 	return atomic_load(&s->shut_rd) && (st == SS_SOCK_PROBING || st == SS_SOCK_RECONNECTING);
@@ -153,7 +158,7 @@ int ss_io_queue_ioctl(int fd, unsigned long req, int *val, bool *handled)
 	size_t unsent = 0, n = 0;
 	bool shut_rd;
 
-	if (s && req == FIONREAD && val && io_asking_unanswered(s, &shut_rd)) {
+	if (s && req == FIONREAD && val && io_asking_unanswered(s, false, &shut_rd)) {
 		*handled = true;
 		ss_sock_put(s);
 		*val = 0;
@@ -972,7 +977,7 @@ ssize_t ss_io_recv(int fd, const struct iovec *iov, int n, int flags, bool *hand
 		case SS_SOCK_RECONNECTING:
 		case SS_SOCK_FALLBACK:
 		case SS_SOCK_ASKING:
-			if (io_read_shut(s)) {
+			if (io_read_shut(s, io_would_wait(s, fd, flags))) {
 				r = 0; /* the end, as TCP's read after SHUT_RD */
 				break;
 			}

@@ -65,6 +65,7 @@ enum ss_reason ss_tp_load(void)
 		ss_tp = ops;
 	}
 	struct ss_worker *w;
+	ss_private_table_grow(); /* before the progress thread */
 	if (ss_tp->worker_get(&w) != 0) {
 		r = SS_REASON_RESOURCE;
 		goto out;

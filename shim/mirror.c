@@ -14,6 +14,7 @@
 #include <stdatomic.h>
 #include <sys/eventfd.h>
 #include <sys/resource.h>
+#include <sys/select.h>
 #include <unistd.h>
 
 #include "shim/epoll.h"
@@ -22,8 +23,14 @@
 #include "shim/shim.h"
 #include "transport/log.h"
 
-/* Half way up the soft limit of open files (at least 512); asked once: setrlimit is not ours to
- * see. */
+/*
+ * Where private fds start: at FD_SETSIZE (1024), above every number an
+ * application that uses select() can have, or half way up a lower soft
+ * limit of open files (at least 512). Not higher: the kernel sizes a
+ * process's fd table by its highest number (8 bytes a number, zeroed),
+ * so half a soft limit of 1,048,576 gave every shimmed process an 8 MiB
+ * table. Asked once: setrlimit is not ours to see.
+ */
 static int mirror_private_base(void)
 {
 	static atomic_int base; /* 0: not asked yet */
@@ -35,9 +42,22 @@ static int mirror_private_base(void)
 	b = 512;
 	if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY &&
 	    rl.rlim_cur / 2 > (rlim_t)b)
-		b = (int)(rl.rlim_cur / 2 > INT_MAX ? INT_MAX / 2 : rl.rlim_cur / 2);
+		b = rl.rlim_cur / 2 < FD_SETSIZE ? (int)(rl.rlim_cur / 2) : FD_SETSIZE;
 	atomic_store_explicit(&base, b, memory_order_relaxed);
 	return b;
+}
+
+void ss_private_table_grow(void)
+{
+	/* Room for as many private fds as the numbers below them. */
+	int fd = eventfd(0, EFD_CLOEXEC), top;
+
+	if (fd < 0)
+		return;
+	top = ss_real.fcntl(fd, F_DUPFD_CLOEXEC, 2 * mirror_private_base() - 1);
+	if (top >= 0)
+		ss_real.close(top);
+	ss_real.close(fd);
 }
 
 int ss_private_fd(int fd)

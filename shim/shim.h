@@ -70,6 +70,14 @@ uint64_t ss_nudge_at(uint64_t from_ms);
 /* Moves fd to a close-on-exec number above the application's. Returns it or -errno. */
 int ss_private_fd(int fd);
 
+/*
+ * Grows the process's fd table to hold the private fds, before the shim
+ * starts a thread: a table grown while threads share it waits for an RCU
+ * grace period first (a 50 ms stall of the first connection in the
+ * guest). Once, from ss_tp_load.
+ */
+void ss_private_table_grow(void);
+
 /* A non-blocking close-on-exec eventfd of the shim's, above the application's fds when it can be
  * (ss_private_fd). Returns it or -1. */
 int ss_private_eventfd(void);

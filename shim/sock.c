@@ -156,6 +156,7 @@ static void sock_free(struct ss_sock *s)
 	if (s->shim_fd >= 0)
 		ss_private_close(s->shim_fd);
 	free(s->hold);
+	free(s->answer_part);
 	ss_down_free(s);
 	ss_move_free(s);
 	free(atomic_exchange(&s->heir, NULL));

@@ -113,7 +113,7 @@ struct ss_sock {
 	bool shut_early;   /* client: shut while its TCP connect ran: once connected, plain (no
 			      HELLO; reset if bytes were held) */
 	bool answered;     /* ASKING: the server's answer is taken; the hold goes to TCP */
-	bool partial;      /* ASKING: part of the answer is in; the rest is waited for by time */
+	bool looked_empty; /* ASKING: the last look for the answer found nothing more there */
 	bool rtt_waited;   /* ASKING: the HELLO's wait grew once by four round trips */
 	uint64_t strip_partial_ms; /* PLAIN, strip pending: when part of a message was first seen */
 	/* PLAIN: the connection's error that our own send of held bytes took: the application's */
@@ -140,6 +140,7 @@ struct ss_sock {
 	socklen_t dst_len;
 	struct ss_params mine;
 	uint8_t *hold; /* bytes written before the decision, or going to tcp_fd first */
+	struct ss_hs_part *answer_part; /* ASKING: part of the answer, taken before the rest came */
 	size_t hold_len, hold_max;
 	uint32_t peer_caps; /* the peer's capabilities (SS_CAP_*), when upgraded */
 	/* LATE: the move's exchange over tcp_fd, and what the connection did so far (moving.c) */

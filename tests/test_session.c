@@ -10,6 +10,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
@@ -29,6 +30,7 @@ static struct fake {
 	size_t taken;        /* bytes consumed by non-peek receives */
 	int closed;          /* the peer closes after the last chunk */
 	int recv_errno;      /* nonzero: every receive fails with it */
+	int recvs, peeks;    /* receive calls, and those that peeked */
 	int poll_eintr;      /* polls left that fail with EINTR first */
 	/* write side */
 	uint8_t sent[FAKE_MAX];
@@ -49,6 +51,8 @@ static ssize_t fake_recv(int fd, void *buf, size_t len, int flags)
 	size_t have = fake_avail() - fk.taken;
 
 	(void)fd;
+	fk.recvs++;
+	fk.peeks += !!(flags & MSG_PEEK);
 	if (fk.recv_errno) {
 		errno = fk.recv_errno;
 		return -1;
@@ -210,6 +214,11 @@ static size_t build_script(int k)
 		fk.chunk_end[fk.chunks++] = end;
 		fk.poll_eintr = 3;
 		break;
+	case 12: /* a LATER (a header alone) and the server's bytes behind it */
+		len = put_msg(&end, SS_MSG_LATER, 7);
+		put_raw(&end, "GET /", APP_BYTES);
+		fk.chunk_end[fk.chunks++] = end;
+		break;
 	}
 	return len;
 }
@@ -285,6 +294,90 @@ static void test_peek_consume(void **state)
 	assert_int_equal(fk.taken, len);
 }
 
+struct take_case {
+	const char *what;
+	int script;
+	enum ss_hs_read_result want; /* what the call that ends it returns */
+	uint8_t want_type;           /* for SS_HSR_MSG */
+	int want_calls;              /* calls until then (one chunk arrives after each) */
+	long want_taken;             /* bytes taken off the stream; -1: the message's length */
+	int want_recvs;              /* receives in all */
+};
+
+/*
+ * ss_hs_take over the same streams: no peek, a message taken whole and
+ * never a byte more, its header first; a part kept across calls until the
+ * rest comes; bytes that are no message may be taken (the reader drops
+ * that stream).
+ */
+static const struct take_case take_cases[] = {
+	{"HELLO then stream bytes: header, then the rest", 0, SS_HSR_MSG, SS_MSG_HELLO, 1, -1, 2},
+	{"LATER then stream bytes: one receive", 12, SS_HSR_MSG, SS_MSG_LATER, 1, -1, 1},
+	{"ACCEPT in three pieces, kept between calls", 1, SS_HSR_MSG, SS_MSG_ACCEPT, 3, -1, 6},
+	{"two messages: the first only", 2, SS_HSR_MSG, SS_MSG_ACK, 1, -1, 1},
+	{"plain request", 3, SS_HSR_FOREIGN, 0, 1, 16, 1},
+	{"foreign at byte 2", 4, SS_HSR_FOREIGN, 0, 2, 2, 3},
+	{"malformed type", 5, SS_HSR_BAD, 0, 1, 16, 1},
+	{"closed before anything", 8, SS_HSR_EOF, 0, 1, 0, 1},
+	{"reset", 9, SS_HSR_ERROR, 0, 1, 0, 1},
+	{"part, then closed", 10, SS_HSR_EOF, 0, 1, 20, 3},
+};
+
+static void test_take_table(void **state)
+{
+	(void)state;
+	for (size_t i = 0; i < sizeof(take_cases) / sizeof(take_cases[0]); i++) {
+		const struct take_case *c = &take_cases[i];
+		size_t len = build_script(c->script);
+		struct ss_hs_part *part = NULL;
+		struct ss_msg m = {0};
+		enum ss_hs_read_result r;
+		int calls = 0;
+
+		print_message("%s\n", c->what);
+		fk.arrived = fk.chunks ? 1 : 0;
+		for (;;) {
+			r = ss_hs_take(&fake_io, 3, &part, &m, NULL);
+			calls++;
+			if (r != SS_HSR_TIMEOUT || fk.arrived == fk.chunks)
+				break;
+			assert_true(part != NULL || fk.taken == 0);
+			fk.arrived++;
+		}
+		assert_int_equal(r, c->want);
+		assert_int_equal(calls, c->want_calls);
+		assert_int_equal(fk.taken, c->want_taken < 0 ? len : (size_t)c->want_taken);
+		assert_int_equal(fk.recvs, c->want_recvs);
+		assert_int_equal(fk.peeks, 0);
+		assert_null(part);
+		if (r == SS_HSR_MSG) {
+			assert_int_equal(m.type, c->want_type);
+			assert_int_equal(m.nonce, 7);
+		}
+	}
+}
+
+/* Nothing there, or part of a message at the end of what came: the part waits, nothing is lost. */
+static void test_take_waits(void **state)
+{
+	struct ss_hs_part *part = NULL;
+	struct ss_msg m;
+
+	(void)state;
+	build_script(7);
+	assert_int_equal(ss_hs_take(&fake_io, 3, &part, &m, NULL), SS_HSR_TIMEOUT);
+	assert_null(part);
+	build_script(6);
+	fk.arrived = 1;
+	assert_int_equal(ss_hs_take(&fake_io, 3, &part, &m, NULL), SS_HSR_TIMEOUT);
+	assert_non_null(part);
+	assert_int_equal(part->got, 20);
+	assert_memory_equal(part->buf, fk.bytes, 20);
+	assert_int_equal(ss_hs_take(&fake_io, 3, &part, &m, NULL), SS_HSR_TIMEOUT);
+	assert_int_equal(part->got, 20);
+	free(part);
+}
+
 struct write_case {
 	const char *what;
 	size_t step;
@@ -338,7 +431,8 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_read_table),     cmocka_unit_test(test_read_leaves_stream),
 		cmocka_unit_test(test_peek_consume),   cmocka_unit_test(test_write_table),
-		cmocka_unit_test(test_write_deadline),
+		cmocka_unit_test(test_write_deadline), cmocka_unit_test(test_take_table),
+		cmocka_unit_test(test_take_waits),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -71,6 +71,17 @@ env LD_PRELOAD="$PRELOAD" bash -c "$(declare -f epoll_closefrom); epoll_closefro
 diff -u "$WORK/cf.tcp" "$WORK/cf.shim" || fail "closefrom/close_range over an epoll instance: other than without the shim (- kernel, + shim)"
 pass "closefrom/close_range over an epoll instance: as without the shim: $(tr '\n' ' ' < "$WORK/cf.shim")"
 
+# Python lines that make a loopback connection c (accepted as a) and list
+# in dups the other numbers of c's socket (the shim's private duplicate);
+# exported for the cases below, which run in a preloaded bash.
+export NATIVE_PY_DUPS='
+ls = socket.socket(); ls.bind(("127.0.0.1", 0)); ls.listen()
+c = socket.create_connection(ls.getsockname()); a, _ = ls.accept()
+c.sendall(b"x"); a.recv(1)
+ino = os.fstat(c.fileno()).st_ino
+dups = [int(f) for f in os.listdir("/proc/self/fd") if int(f) != c.fileno()
+        and os.path.exists("/proc/self/fd/" + f) and os.stat("/proc/self/fd/" + f).st_ino == ino]
+'
 # A number the shim keeps (a connection's private duplicate) that the
 # application closes itself and puts its own file on is the application's:
 # closefrom() closes it, as without the shim (the shim forgets the number in
@@ -78,17 +89,14 @@ pass "closefrom/close_range over an epoll instance: as without the shim: $(tr '\
 private_taken() {
 	local how
 	for how in "close, then F_DUPFD onto it" "dup2 onto it"; do
-		python3 -c '
-import ctypes, fcntl, os, socket, sys
+		python3 -c "import ctypes, fcntl, os, socket, sys
+$NATIVE_PY_DUPS"'
 how = sys.argv[1]
 libc = ctypes.CDLL(None, use_errno=True)
-ls = socket.socket(); ls.bind(("127.0.0.1", 0)); ls.listen()
-c = socket.create_connection(ls.getsockname()); a, _ = ls.accept()
-c.sendall(b"x"); a.recv(1)
-ino = os.fstat(c.fileno()).st_ino
-dups = [int(f) for f in os.listdir("/proc/self/fd") if int(f) != c.fileno()
-        and os.path.exists("/proc/self/fd/" + f) and os.stat("/proc/self/fd/" + f).st_ino == ino]
-n = max(dups) if dups else c.fileno()
+# Under the shim the connection must have its private duplicate; over the
+# kernel alone a duplicate of our own stands for it.
+assert dups or not os.environ.get("LD_PRELOAD"), "no private duplicate of the connection"
+n = max(dups) if dups else os.dup(c.fileno())
 f = os.open("/dev/null", os.O_RDONLY)
 if how.startswith("close"):
     os.close(n)
@@ -107,6 +115,26 @@ os._exit(0)
 	done
 }
 private_taken > "$WORK/pt.tcp" 2>&1
-env LD_PRELOAD="$PRELOAD" bash -c "$(declare -f private_taken); private_taken" > "$WORK/pt.shim" 2>&1
+env LD_PRELOAD="$PRELOAD" SRQSHIM_START=tcp bash -c "$(declare -f private_taken); private_taken" > "$WORK/pt.shim" 2>&1
 diff -u "$WORK/pt.tcp" "$WORK/pt.shim" || fail "a private number the application took over: other than without the shim (- kernel, + shim)"
 pass "a private number the application took over: as without the shim: $(tr '\n' ' ' < "$WORK/pt.shim")"
+
+# With a high soft limit of open files, the shim's private fds start at
+# 1024 and the kernel's fd table stays at 2,048 numbers (FDSize), where
+# half the limit grew it to a million (docs/design.md, "Process model").
+fd_table() {
+	python3 -c '
+import os, resource, socket
+soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+want = hard if hard != resource.RLIM_INFINITY and hard < (1 << 20) else (1 << 20)
+resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
+'"$NATIVE_PY_DUPS"'
+size = int([l.split()[1] for l in open("/proc/self/status") if l.startswith("FDSize:")][0])
+print(want, size, min(dups) if dups else -1)
+'
+}
+read -r lim size priv < <(env LD_PRELOAD="$PRELOAD" SRQSHIM_START=tcp bash -c "$(declare -f fd_table); fd_table")
+[ "$lim" -ge 4096 ] || fail "fd table: the hard limit of open files here ($lim) is too low to show it"
+[ "$size" -le 2048 ] && [ "$priv" -ge 1024 ] ||
+	fail "fd table with a soft limit of $lim: $size numbers, the connection's private fd at $priv (want at most 2048, and at 1024 or above)"
+pass "fd table with a soft limit of $lim: $size numbers, the connection's private fd at $priv"
