@@ -170,11 +170,11 @@ enum ss_hs_read_result ss_hs_take(const struct ss_hs_io *io, int fd, struct ss_h
 			r = SS_HSR_ERROR;
 			break;
 		}
-		if (n == 0) {
-			r = SS_HSR_EOF;
-			break;
-		}
-		/* Nothing more now: what came of the message waits for the rest. */
+		/*
+		 * Nothing more now, or the end (which the reader's own SHUT_RD
+		 * shows before more bytes come): what came of the message
+		 * waits for the rest.
+		 */
 		if (got && !p) {
 			if (!(p = malloc(sizeof(*p))))
 				return SS_HSR_ERROR;
@@ -183,7 +183,7 @@ enum ss_hs_read_result ss_hs_take(const struct ss_hs_io *io, int fd, struct ss_h
 		if (p)
 			p->got = (uint16_t)got;
 		*part_p = p;
-		return SS_HSR_TIMEOUT;
+		return n == 0 ? SS_HSR_EOF : SS_HSR_TIMEOUT;
 	}
 	free(p);
 	*part_p = NULL;

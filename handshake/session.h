@@ -64,14 +64,17 @@ struct ss_hs_part {
  * Takes the next message off fd without a peek and never waits: for a
  * reader whose stream is dropped unless its next bytes are a message (a
  * client's probe, shim/asking.c), so that bytes taken of another stream
- * harm nothing. One recv where ss_hs_read() makes a peek and a take: the
- * header first (SS_HELLO_HDR_LEN bytes), then exactly the rest its length
- * gives, so never a byte past the message. What a call took of a message
- * not whole yet waits in *part_p (allocated then, freed once the message
- * is whole or the stream ends; the caller frees one it drops with free()).
- * Returns SS_HSR_MSG, SS_HSR_TIMEOUT (nothing more is there now, whether
- * or not a part waits), SS_HSR_FOREIGN or SS_HSR_BAD (the bytes it took
- * are no message; *dec_p as ss_hs_read()), SS_HSR_EOF or SS_HSR_ERROR.
+ * harm nothing. The header first (SS_HELLO_HDR_LEN bytes), then exactly
+ * the rest its length gives, so never a byte past the message: one recv
+ * for a message of a header alone (ACK, LATER), where ss_hs_read() makes
+ * a peek and a take. What a call took of a message not whole yet waits in
+ * *part_p (allocated then; freed once the message is whole, the bytes are
+ * no message or the connection failed; the caller frees one it drops with
+ * free()). Returns SS_HSR_MSG, SS_HSR_TIMEOUT (nothing more is there now,
+ * whether or not a part waits), SS_HSR_EOF (the end, a part kept: after
+ * the reader's own SHUT_RD more bytes may come), SS_HSR_FOREIGN or
+ * SS_HSR_BAD (the bytes it took are no message; *dec_p as ss_hs_read()),
+ * or SS_HSR_ERROR.
  */
 enum ss_hs_read_result ss_hs_take(const struct ss_hs_io *io, int fd, struct ss_hs_part **part_p,
 				  struct ss_msg *m, enum ss_dec_result *dec_p);

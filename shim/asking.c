@@ -103,7 +103,11 @@ static void asking_reconnect(struct ss_sock *s, enum ss_reason why)
 		ss_client_reconnect(s, why);
 		return;
 	}
-	/* No socketpair (no fds left): the server saw our HELLO, so the stream cannot go on. */
+	/*
+	 * No socketpair (no fds left): the server saw our HELLO, so the stream
+	 * cannot go on (and the bytes taken as no answer, at most a message
+	 * header's 16, are gone from its head: docs/design.md).
+	 */
 	ss_log_error("fd %d: cannot reconnect after the server's plain answer: the connection "
 		     "is shut",
 		     s->fds[0]);

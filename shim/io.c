@@ -118,7 +118,8 @@ static bool io_poll_cqs(void)
  * at once, as TCP's after SHUT_RD with nothing queued. may_wait: the
  * caller waits in the kernel's poll next (io_wait_asking), which shows
  * an answer come since the last look found nothing (the write's, before
- * a read): then it does not look again first.
+ * a read): then it does not look again first, unless the read is shut
+ * (its end is said at once, after what the answer lets through).
  */
 static bool io_asking_unanswered(struct ss_sock *s, bool may_wait, bool *shut_rd)
 {
@@ -127,8 +128,9 @@ static bool io_asking_unanswered(struct ss_sock *s, bool may_wait, bool *shut_rd
 	if (ss_sock_state(s) != SS_SOCK_ASKING)
 		return false;
 	pthread_mutex_lock(&s->lock);
-	asking = ((may_wait && s->looked_empty) || ss_client_step(s)) &&
-		 ss_sock_state(s) == SS_SOCK_ASKING && !s->answered;
+	asking =
+		((may_wait && s->looked_empty && !atomic_load(&s->shut_rd)) || ss_client_step(s)) &&
+		ss_sock_state(s) == SS_SOCK_ASKING && !s->answered;
 	*shut_rd = atomic_load(&s->shut_rd);
 	pthread_mutex_unlock(&s->lock);
 	return asking;

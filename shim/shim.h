@@ -73,8 +73,8 @@ int ss_private_fd(int fd);
 /*
  * Grows the process's fd table to hold the private fds, before the shim
  * starts a thread: a table grown while threads share it waits for an RCU
- * grace period first (a 50 ms stall of the first connection in the
- * guest). Once, from ss_tp_load.
+ * grace period first (a stall of tens of ms of the first connection in
+ * the guest). From ss_tp_load, before each start of the progress thread.
  */
 void ss_private_table_grow(void);
 

@@ -156,6 +156,10 @@ start_case fionread reply "" "SRQSHIM_TEST_DELAYS=client-look=400"
 # A non-blocking read takes the answer itself (the progress thread held
 # up): the greeting behind it is that read's.
 start_case nbread greet "" "SRQSHIM_TEST_DELAYS=client-look=400"
+# A blocking read shut for reading with the answer and the greeting in,
+# before any look took the answer (the progress thread held up): the
+# greeting is that read's, as TCP gives what was queued before its end.
+start_case shutrd-late greet "" "SRQSHIM_TEST_DELAYS=client-look=400"
 
 pkts=$(($(rdma_pkts) - pkts0))
 [ $pkts -eq 0 ] || fail "the device sent $pkts packets for connections that start on TCP"

@@ -26,6 +26,8 @@ kernel TCP and under the shim; timings only as bounds far above TCP's.
       reset-write: as reset, one more write at 0.5 s, then a write, reads
       fionread: FIONREAD 0.2 s after connect, before the server writes
       nbread: a non-blocking read 0.2 s after connect (the greeting is in)
+      shutrd-late: shuts its reading 0.2 s after connect (the greeting is
+      in), then two reads of a blocking socket
       ping: writes b"PING\n" 0.2 s after connect, reads the reply
       endfirst: reads (the server's end), then writes b"PING\n"
       readall: reads to the end (at most 5 s)
@@ -238,6 +240,14 @@ def case(which, addr, port):
         s.setblocking(True)
         s.sendall(b"PING\n")
         print("reply:", s.recv(100), flush=True)
+        s.close()
+    elif which == "shutrd-late":
+        s = socket.create_connection((addr, port))
+        time.sleep(0.2)
+        s.shutdown(socket.SHUT_RD)
+        signal.alarm(5)  # a blocking socket (no timeout): Python's would poll first
+        print("read after SHUT_RD:", s.recv(100), flush=True)
+        print("read again:", s.recv(100), flush=True)
         s.close()
     elif which == "ping":
         s = socket.create_connection((addr, port))
