@@ -70,6 +70,19 @@ int ss_hs_write(const struct ss_hs_io *io, int fd, const struct ss_msg *m, int w
 	return 0;
 }
 
+/*
+ * What bytes the decoder did not take for a message (or a valid prefix)
+ * are: foreign, or ours but unreadable (*dec_p, may be NULL, says why).
+ */
+static enum ss_hs_read_result hs_no_message(enum ss_dec_result d, enum ss_dec_result *dec_p)
+{
+	if (d == SS_DEC_FOREIGN)
+		return SS_HSR_FOREIGN;
+	if (dec_p)
+		*dec_p = d;
+	return SS_HSR_BAD;
+}
+
 enum ss_hs_read_result ss_hs_peek(const struct ss_hs_io *io, int fd, struct ss_msg *m, int wait_ms,
 				  enum ss_dec_result *dec_p, size_t *used_p)
 {
@@ -88,13 +101,8 @@ enum ss_hs_read_result ss_hs_peek(const struct ss_hs_io *io, int fd, struct ss_m
 		if (n > 0) {
 			enum ss_dec_result r = ss_msg_decode(buf, (size_t)n, m, &used);
 
-			if (r == SS_DEC_FOREIGN)
-				return SS_HSR_FOREIGN;
-			if (r == SS_DEC_MALFORMED || r == SS_DEC_UNSUPPORTED) {
-				if (dec_p)
-					*dec_p = r;
-				return SS_HSR_BAD;
-			}
+			if (r == SS_DEC_FOREIGN || r == SS_DEC_MALFORMED || r == SS_DEC_UNSUPPORTED)
+				return hs_no_message(r, dec_p);
 			if (r == SS_DEC_OK) {
 				*used_p = used;
 				return SS_HSR_MSG;
@@ -154,9 +162,7 @@ enum ss_hs_read_result ss_hs_take(const struct ss_hs_io *io, int fd, struct ss_h
 			break;
 		}
 		if (d != SS_DEC_SHORT) {
-			if (dec_p)
-				*dec_p = d;
-			r = d == SS_DEC_FOREIGN ? SS_HSR_FOREIGN : SS_HSR_BAD;
+			r = hs_no_message(d, dec_p);
 			break;
 		}
 		n = io->recv(fd, buf + got, want - got, MSG_DONTWAIT);
