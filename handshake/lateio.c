@@ -92,11 +92,6 @@ static void lateio_act(struct ss_lateio *x, unsigned acts, const struct ss_msg *
 		lateio_queue(x, SS_MSG_DECLINE, NULL);
 }
 
-static void lateio_event(struct ss_lateio *x, enum ss_late_event ev, const struct ss_msg *peer)
-{
-	lateio_act(x, ss_late_step(&x->rules, ev, 0), peer);
-}
-
 /* Sends our mark, then the messages behind it, as far as the socket takes them. */
 static int lateio_flush(struct ss_lateio *x)
 {
@@ -151,6 +146,35 @@ uint32_t ss_lateio_takes(const struct ss_lateio *x)
 	return x->takes;
 }
 
+/*
+ * On TCP for good before any read passed the peer's mark (our DECLINE was
+ * the last message): one read passes it, so that a close sends a FIN and
+ * not a reset. What comes behind the mark then is the peer's stream: a
+ * byte of it taken here is the application's, first in line with the
+ * taken ones (the end of stream too).
+ */
+static void lateio_pass_mark(struct ss_lateio *x)
+{
+	ssize_t n;
+
+	x->mark_unpassed = false;
+	if (lateio_room(x) < 0)
+		return; /* no memory: the close may reset, as it would have */
+	n = x->io->recv(x->fd, x->taken + x->taken_len, 1, MSG_DONTWAIT);
+	lateio_took(x);
+	if (n == 1)
+		x->taken_len++;
+	else if (n == 0)
+		x->taken_eof = true;
+}
+
+static void lateio_event(struct ss_lateio *x, enum ss_late_event ev, const struct ss_msg *peer)
+{
+	lateio_act(x, ss_late_step(&x->rules, ev, 0), peer);
+	if (x->rules.state == SS_LATE_TCP && x->mark_unpassed)
+		lateio_pass_mark(x);
+}
+
 void ss_lateio_shown(struct ss_lateio *x, uint32_t takes, short revents)
 {
 	x->shown = (revents & POLLIN) && !(revents & POLLPRI) && takes == x->takes;
@@ -167,6 +191,7 @@ static void lateio_found_mark(struct ss_lateio *x)
 
 	x->io->recv(x->fd, &c, 1, MSG_OOB | MSG_DONTWAIT);
 	lateio_took(x);
+	x->mark_unpassed = true;
 	lateio_event(x, SS_LATE_EV_PEER_MARK, NULL);
 }
 
@@ -230,6 +255,7 @@ static void lateio_read_msg(struct ss_lateio *x)
 	lateio_took(x);
 	switch (rr) {
 	case SS_HSR_MSG:
+		x->mark_unpassed = false; /* its read began at the mark */
 		lateio_event(x, m.nonce == x->nonce ? ev_of[m.type] : SS_LATE_EV_OTHER, &m);
 		return;
 	case SS_HSR_FOREIGN:

@@ -40,6 +40,12 @@ struct ss_lateio {
 	uint32_t nonce; /* the connection's first HELLO's: every message of the move carries it */
 	bool mark_owed; /* our urgent byte waits for room in the socket */
 	bool taken_eof; /* the peer's end of stream came behind the taken bytes */
+	/*
+	 * The peer's urgent byte was read out of band and no read has passed
+	 * its place: Linux keeps its segment queued until one does, and resets
+	 * the connection at close as for unread bytes (lateio_pass_mark).
+	 */
+	bool mark_unpassed;
 	uint8_t out[2 * SS_HELLO_MAX_LEN]; /* messages behind our mark, not sent yet */
 	size_t out_len;
 	uint8_t *taken; /* the peer's bytes before its mark that the application has not read */

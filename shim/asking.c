@@ -63,7 +63,7 @@ static void asking_plain(struct ss_sock *s, enum ss_reason why)
 	s->hold = NULL;
 	s->hold_len = 0;
 	/* LATER: on TCP for now; it may move once it is worth it (moving.c). */
-	if (why == SS_REASON_LATER && ss_move_enter(s, s->tcp_fd, true, s->nonce))
+	if (why == SS_REASON_LATER && ss_move_enter(s, s->tcp_fd, true, s->nonce) == SS_REASON_NONE)
 		return;
 	ss_bg_stop_private(s);
 	ss_become_plain(s, why);

@@ -80,6 +80,15 @@ uint64_t ss_nudge_at(uint64_t from_ms)
 	return (from_ms / SS_NUDGE_MS + 2) * SS_NUDGE_MS;
 }
 
+bool ss_partial_lasted(uint64_t *since_ms)
+{
+	uint64_t now = ss_now_ms();
+
+	if (!*since_ms)
+		*since_ms = now;
+	return now - *since_ms >= SS_PARTIAL_MS;
+}
+
 uint64_t ss_deadline_in(int ms)
 {
 	return ss_now_ms() + (uint64_t)ms;

@@ -579,8 +579,8 @@ static int io_decide_for_read(struct ss_sock *s, int fd, int flags)
 			return ret;
 	}
 	pthread_mutex_lock(&s->lock);
-	/* The rest of a partial HELLO has a second to come. */
-	ret = ss_server_decide(s, fd, wait ? 1000 : 0);
+	/* The rest of a partial HELLO has a second to come (then the bytes are the client's). */
+	ret = ss_server_decide(s, fd, wait ? SS_PARTIAL_MS : 0);
 	pthread_mutex_unlock(&s->lock);
 	return ret;
 }
@@ -992,6 +992,9 @@ ssize_t ss_io_recv(int fd, const struct iovec *iov, int n, int flags, bool *hand
 				continue;
 			break;
 		case SS_SOCK_LATE:
+			/* The error queue is the kernel's alone: no stream byte, no mark. */
+			if (flags & MSG_ERRQUEUE)
+				goto not_ours;
 			r = io_late_recv(s, fd, iov, n, flags);
 			if (r == -SS_REDO)
 				continue;

@@ -266,21 +266,27 @@ void ss_move_look(struct ss_sock *s)
  * (SRQSHIM_MOVE_AFTER_MS) marks no sooner. */
 #define MOVE_FIRST_LOOK_MS 50
 
-bool ss_move_enter(struct ss_sock *s, int fd, bool client, uint32_t nonce)
+bool ss_move_allowed(const struct ss_sock *s)
+{
+	return ss_cfg.move_after_ms >= 0 && !s->urg_app;
+}
+
+enum ss_reason ss_move_enter(struct ss_sock *s, int fd, bool client, uint32_t nonce)
 {
 	struct ss_lateio *x;
 	int look;
 
-	if (ss_cfg.move_after_ms < 0 || s->n_fds == 0 || s->shut_wr || s->shut_wr_held ||
-	    atomic_load(&s->shut_rd) || atomic_load(&s->plain_err) || s->strip != SS_STRIP_NONE ||
-	    ss_bg_start(s) != 0)
-		return false;
+	if (!ss_move_allowed(s))
+		return SS_REASON_POLICY;
+	if (s->n_fds == 0 || s->shut_wr || s->shut_wr_held || atomic_load(&s->shut_rd) ||
+	    atomic_load(&s->plain_err) || s->strip != SS_STRIP_NONE || ss_bg_start(s) != 0)
+		return SS_REASON_RESOURCE;
 	if (s->tcp_fd < 0 && (s->tcp_fd = ss_private_fd(fd)) < 0) {
 		s->tcp_fd = -1;
-		return false;
+		return SS_REASON_RESOURCE;
 	}
 	if (!(x = malloc(sizeof(*x))))
-		return false;
+		return SS_REASON_RESOURCE;
 	ss_lateio_init(x, &ss_real_io, s->tcp_fd, client, nonce, &move_hooks, s);
 	s->late = x;
 	s->nonce = nonce;
@@ -307,7 +313,12 @@ bool ss_move_enter(struct ss_sock *s, int fd, bool client, uint32_t nonce)
 	look = ss_cfg.move_after_ms < MOVE_FIRST_LOOK_MS ? ss_cfg.move_after_ms
 							 : MOVE_FIRST_LOOK_MS;
 	ss_bg_rest(s, ss_nudge_at(s->late_born_ms + (uint64_t)look));
-	return true;
+	return SS_REASON_NONE;
+}
+
+void ss_move_leave(struct ss_sock *s, enum ss_reason why)
+{
+	move_plain(s, why);
 }
 
 /* True while the application's writes wait in the hold. */
@@ -542,6 +553,15 @@ bool ss_move_close(struct ss_sock *s)
 	}
 	move_plain(s, SS_REASON_LATER);
 	return false;
+}
+
+void ss_move_urg_app(struct ss_sock *s)
+{
+	pthread_mutex_lock(&s->lock);
+	s->urg_app = true;
+	pthread_mutex_unlock(&s->lock);
+	if (ss_sock_state(s) == SS_SOCK_LATE)
+		ss_move_pin(s);
 }
 
 static void move_pin_one(struct ss_sock *s)

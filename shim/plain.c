@@ -222,9 +222,6 @@ static bool plain_strips(struct ss_sock *s, const struct ss_msg *m)
 	return m->nonce == s->nonce;
 }
 
-/* How long part of a message may wait for its rest before it is taken for the peer's bytes. */
-#define PLAIN_PARTIAL_MS 1000
-
 int ss_strip(struct ss_sock *s, int fd)
 {
 	while (s->strip != SS_STRIP_NONE) {
@@ -233,7 +230,7 @@ int ss_strip(struct ss_sock *s, int fd)
 
 		switch (ss_hs_peek(&ss_real_io, fd, &m, 0, NULL, &used)) {
 		case SS_HSR_MSG:
-			s->strip_partial_ms = 0;
+			s->partial_ms = 0;
 			if (!plain_strips(s, &m)) {
 				s->strip = SS_STRIP_NONE;
 				break;
@@ -254,14 +251,8 @@ int ss_strip(struct ss_sock *s, int fd)
 			continue;
 		case SS_HSR_TIMEOUT: return 0; /* nothing there yet: the next read looks again */
 		case SS_HSR_PARTIAL:
-			/*
-			 * Part of a message: the rest comes with it (a message is
-			 * sent whole). Still part of one a second later: the peer's
-			 * own bytes that begin as ours do.
-			 */
-			if (!s->strip_partial_ms)
-				s->strip_partial_ms = ss_now_ms();
-			if (ss_now_ms() - s->strip_partial_ms < PLAIN_PARTIAL_MS)
+			/* Part of a message: the rest comes with it, or it is the peer's. */
+			if (!ss_partial_lasted(&s->partial_ms))
 				return -EAGAIN;
 			s->strip = SS_STRIP_NONE;
 			break;

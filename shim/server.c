@@ -23,24 +23,46 @@ enum server_look {
 	SERVER_PARTIAL, /* part of a message: look again shortly */
 };
 
+/* Plain after the HELLO was taken: the client may be giving up at the same time. */
+static void server_plain(struct ss_sock *s, int fd, const struct ss_msg *hello, enum ss_reason r)
+{
+	struct ss_msg d = {.type = SS_MSG_DECLINE, .nonce = hello->nonce, .reason = (uint16_t)r};
+
+	ss_send_msg(fd, &d, 1000);
+	if (s->conn) {
+		ss_tp->conn_destroy(s->conn); /* never upgraded: nobody else holds it */
+		s->conn = NULL;
+	}
+	ss_bg_stop_private(s);
+	s->nonce = hello->nonce;
+	s->strip = SS_STRIP_NONCE;
+	ss_become_plain(s, r);
+}
+
 /*
  * A HELLO that asks to start on TCP (SS_CAP_LATE), taken off the stream:
- * LATER, before any byte of ours, and the connection is LATE (or plain when
- * it may not move). Any process that has the connection may answer it (no
- * QP is made).
+ * LATER, before any byte of ours, and the connection is LATE. LATE comes
+ * first: a client told LATER may mark its stream once it is worth it and
+ * then holds its writes for our answering mark, so a connection that may
+ * not move (SRQSHIM_MOVE_AFTER_MS=-1, urgent data of the application's)
+ * or cannot (shut, no fd or memory) is told DECLINE instead, and both ends
+ * stay plain. Any process that has the connection may answer it (no QP is
+ * made).
  */
 static void server_later(struct ss_sock *s, int fd, const struct ss_msg *hello)
 {
 	struct ss_msg m = {.type = SS_MSG_LATER, .nonce = hello->nonce};
+	enum ss_reason r;
 
 	ss_test_delay(SS_TP_SERVER_ACK);
-	if (ss_send_msg(fd, &m, 1000) != 0) {
-		ss_log_warn("fd %d: LATER not sent: the client will connect again", fd);
-	} else if (ss_move_enter(s, fd, false, hello->nonce)) {
-		return; /* on TCP for now; it may move once it is worth it (moving.c) */
+	if ((r = ss_move_enter(s, fd, false, hello->nonce)) != SS_REASON_NONE) {
+		server_plain(s, fd, hello, r);
+		return;
 	}
-	ss_bg_stop_private(s);
-	ss_become_plain(s, SS_REASON_LATER);
+	if (ss_send_msg(fd, &m, 1000) == 0)
+		return; /* on TCP for now; it may move once it is worth it (moving.c) */
+	ss_log_warn("fd %d: LATER not sent: the client will connect again", fd);
+	ss_move_leave(s, SS_REASON_LATER);
 }
 
 /* Acknowledges the HELLO at the head of fd, if there is one (or answers LATER). */
@@ -92,29 +114,18 @@ bool ss_server_step(struct ss_sock *s)
 {
 	switch (s->acked || s->tcp_fd < 0 ? SERVER_DONE : server_ack_if_hello(s, s->tcp_fd)) {
 	case SERVER_WAIT: return true;
-	case SERVER_PARTIAL: ss_bg_kick(s, ss_deadline_in(2)); return false;
+	case SERVER_PARTIAL:
+		/* Looked at again shortly, until it is the client's own bytes (its reads decide).
+		 */
+		if (!ss_partial_lasted(&s->partial_ms))
+			ss_bg_kick(s, ss_deadline_in(2));
+		return false;
 	default:
 		/* LATE (LATER answered) keeps its private name: moving.c watches it. */
 		if (ss_sock_state(s) != SS_SOCK_LATE)
 			ss_bg_stop_private(s);
 		return false;
 	}
-}
-
-/* Plain after the HELLO was taken: the client may be giving up at the same time. */
-static void server_plain(struct ss_sock *s, int fd, const struct ss_msg *hello, enum ss_reason r)
-{
-	struct ss_msg d = {.type = SS_MSG_DECLINE, .nonce = hello->nonce, .reason = (uint16_t)r};
-
-	ss_send_msg(fd, &d, 1000);
-	if (s->conn) {
-		ss_tp->conn_destroy(s->conn); /* never upgraded: nobody else holds it */
-		s->conn = NULL;
-	}
-	ss_bg_stop_private(s);
-	s->nonce = hello->nonce;
-	s->strip = SS_STRIP_NONCE;
-	ss_become_plain(s, r);
 }
 
 /* The client's HELLO is taken: answer it. */
@@ -185,9 +196,17 @@ int ss_server_decide(struct ss_sock *s, int fd, int wait_ms)
 	 */
 	atomic_store(&s->answering, true);
 	switch (ss_hs_read(&ss_real_io, fd, &hello, wait_ms, &dec)) {
-	case SS_HSR_TIMEOUT:
-	case SS_HSR_PARTIAL: atomic_store(&s->answering, false); return -EAGAIN;
-	case SS_HSR_MSG: break;
+	case SS_HSR_PARTIAL:
+		/* A second for the rest, in this wait or over calls (ss_partial_lasted). */
+		if (wait_ms >= SS_PARTIAL_MS || ss_partial_lasted(&s->partial_ms)) {
+			/* The client's own first bytes (a plain client): plain, untouched. */
+			ss_bg_stop_private(s);
+			ss_become_plain(s, SS_REASON_PEER_PLAIN);
+			return 0;
+		}
+		/* fall through */
+	case SS_HSR_TIMEOUT: atomic_store(&s->answering, false); return -EAGAIN;
+	case SS_HSR_MSG: s->partial_ms = 0; break;
 	case SS_HSR_BAD:
 		/* Our magic but nothing we can read: the bytes stay, for the application. */
 		ss_log_warn("fd %d: %s handshake from the client: staying on TCP, bytes untouched",

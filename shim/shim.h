@@ -60,6 +60,15 @@ extern const struct ss_hs_io ss_real_io;
 #define SS_NUDGE_MS 10
 uint64_t ss_nudge_at(uint64_t from_ms);
 
+/*
+ * Part of a handshake message at a socket's head: a message is sent whole,
+ * so part of one that waited SS_PARTIAL_MS for its rest is the peer's own
+ * bytes that begin as ours do. *since_ms: when it was first seen (0: not
+ * yet; set now). True once it has waited that long.
+ */
+#define SS_PARTIAL_MS 1000
+bool ss_partial_lasted(uint64_t *since_ms);
+
 /* Bytes a connection holds before its decision (writes beyond wait or fail with EAGAIN). */
 #define SS_HOLD_MAX (64u << 10)
 /* ... when it starts on TCP (asking.c): the hold grows to this as a socket buffer would. */
@@ -269,12 +278,22 @@ void ss_asking_finish_all(void);
 /* ---- a connection on TCP that may move to RDMA (moving.c) ---- */
 
 /*
- * LATER is answered (client: taken, and what it held sent; server: sent)
- * on fd, a name of the TCP socket: s becomes LATE, unless it may not move
- * (SRQSHIM_MOVE_AFTER_MS=-1, shut, no fd or memory left). nonce: the first
- * HELLO's. Lock held. Returns true when s is LATE.
+ * Whether s may start on TCP and move later: not where SRQSHIM_MOVE_AFTER_MS
+ * is -1, nor where the application takes urgent data itself (urg_app).
  */
-bool ss_move_enter(struct ss_sock *s, int fd, bool client, uint32_t nonce);
+bool ss_move_allowed(const struct ss_sock *s);
+
+/*
+ * LATER is answered on fd, a name of the TCP socket (client: taken, and
+ * what it held sent; server: about to be sent, after this): s becomes
+ * LATE, unless it may not move (ss_move_allowed; shut; no fd or memory
+ * left). nonce: the first HELLO's. Lock held. Returns SS_REASON_NONE when
+ * s is LATE, else why not (SS_REASON_POLICY or SS_REASON_RESOURCE).
+ */
+enum ss_reason ss_move_enter(struct ss_sock *s, int fd, bool client, uint32_t nonce);
+
+/* Undoes ss_move_enter (the server's LATER could not be sent): plain, why. Lock held. */
+void ss_move_leave(struct ss_sock *s, enum ss_reason why);
 
 /* Moves a LATE socket on with what is there, and starts its move when it is ripe (lock held). */
 void ss_move_step(struct ss_sock *s);
@@ -326,6 +345,14 @@ ssize_t ss_move_send(struct ss_sock *s, const struct iovec *iov, int n, int flag
  */
 int ss_move_pin(struct ss_sock *s);
 
+/*
+ * The application is about to take urgent data itself (SO_OOBINLINE, an
+ * owner for SIGURG): s never moves (urg_app), and a LATE one is pinned
+ * first, so that the marks of the pin are read by the shim before the
+ * option or the owner could show them. No lock held.
+ */
+void ss_move_urg_app(struct ss_sock *s);
+
 /* ss_move_pin() for every LATE socket (before fork). */
 void ss_move_pin_all(void);
 
@@ -352,7 +379,9 @@ void ss_server_accepted(struct ss_sock *s, int fd);
 
 /*
  * Server: decide an accepted connection at its first I/O, lock held.
- * wait_ms: how long to wait for the client's first bytes. Returns 0 once
+ * wait_ms: how long to wait for the client's first bytes (a wait of
+ * SS_PARTIAL_MS that ends with part of a message decides it plain, as
+ * does part of one seen for that long over calls). Returns 0 once
  * decided, -EAGAIN while undecided.
  */
 int ss_server_decide(struct ss_sock *s, int fd, int wait_ms);

@@ -115,7 +115,15 @@ struct ss_sock {
 	bool answered;     /* ASKING: the server's answer is taken; the hold goes to TCP */
 	bool looked_empty; /* ASKING: the last look for the answer found nothing more there */
 	bool rtt_waited;   /* ASKING: the HELLO's wait grew once by four round trips */
-	uint64_t strip_partial_ms; /* PLAIN, strip pending: when part of a message was first seen */
+	/*
+	 * The application takes urgent data itself (SO_OOBINLINE, a signal
+	 * owner for SIGURG): never LATE, where the peer's mark is urgent data
+	 * (moving.c). A listener's goes to the connections it accepts.
+	 */
+	bool urg_app;
+	/* When part of a message was first seen at the head (ACCEPTED: where the HELLO would be;
+	 * PLAIN: a message to strip): ss_partial_lasted */
+	uint64_t partial_ms;
 	/* PLAIN: the connection's error that our own send of held bytes took: the application's */
 	atomic_int plain_err; /* next read, write or SO_ERROR gets it, once (asking.c, plain.c) */
 	atomic_bool reset_taken; /* the reset was reported once (read, write or SO_ERROR) */

@@ -15,7 +15,11 @@
  *       does not read: the server's progress thread answers it); rdhup:
  *       asleep in epoll for EPOLLRDHUP alone from the accept on (the move
  *       runs on its progress thread, which makes the process's first QP
- *       meanwhile), then reads what came
+ *       meanwhile), then reads what came; inline: block, with SO_OOBINLINE
+ *       on the accepted socket; inline-listener: the same set on the
+ *       listener; owner: block, owning the socket's SIGURG (F_SETOWN), and
+ *       prints how many came (none from a peer that sends no urgent byte:
+ *       the shim's marks are not the application's)
  *   (the client's STYLE shut: a write of 7,920 bytes, another of 15,839
  *   0.1 s later (the first is held while LATER comes; the second starts
  *   the move), 1 s asleep, then shutdown(SHUT_WR): the end the rdhup
@@ -50,6 +54,7 @@
 #define MOVE_BURST   8
 
 static const char *move_role = "?";
+static volatile sig_atomic_t move_sigurgs;
 static volatile unsigned move_round;
 static volatile const char *move_phase = "start";
 
@@ -198,6 +203,12 @@ static bool move_echo_some(int fd, uint8_t *buf, uint64_t *total)
 	return true;
 }
 
+static void move_on_sigurg(int sig)
+{
+	(void)sig;
+	move_sigurgs++;
+}
+
 static int move_server(const char *addr, int port, const char *style)
 {
 	struct sockaddr_in sa = prog_address(addr, port);
@@ -206,11 +217,20 @@ static int move_server(const char *addr, int port, const char *style)
 	uint64_t total = 0;
 
 	setsockopt(l, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+	if (strcmp(style, "inline-listener") == 0 &&
+	    setsockopt(l, SOL_SOCKET, SO_OOBINLINE, &one, sizeof(one)) < 0)
+		prog_die("SO_OOBINLINE");
 	if (l < 0 || bind(l, (struct sockaddr *)&sa, sizeof(sa)) < 0 || listen(l, 4) < 0)
 		prog_die("listen");
 	fd = accept(l, NULL, NULL);
 	if (fd < 0)
 		prog_die("accept");
+	if (strcmp(style, "inline") == 0 &&
+	    setsockopt(fd, SOL_SOCKET, SO_OOBINLINE, &one, sizeof(one)) < 0)
+		prog_die("SO_OOBINLINE");
+	if (strcmp(style, "owner") == 0 &&
+	    (signal(SIGURG, move_on_sigurg) == SIG_ERR || fcntl(fd, F_SETOWN, getpid()) < 0))
+		prog_die("F_SETOWN");
 	if (strcmp(style, "lazy") == 0) {
 		struct timespec ts = {0, 300 * 1000000L};
 
@@ -261,6 +281,8 @@ static int move_server(const char *addr, int port, const char *style)
 	close(fd);
 	close(l);
 	printf("server: %llu bytes echoed ok\n", (unsigned long long)total);
+	if (strcmp(style, "owner") == 0)
+		printf("server: %d SIGURG\n", (int)move_sigurgs);
 	return 0;
 }
 
@@ -275,7 +297,8 @@ int main(int argc, char **argv)
 		return move_server(argv[2], atoi(argv[3]), argv[4]);
 	if (argc == 6 && strcmp(argv[1], "client") == 0)
 		return move_client(argv[2], atoi(argv[3]), argv[4], (unsigned)atoi(argv[5]));
-	fprintf(stderr, "usage: move_check server ADDR PORT block|epoll|lazy\n"
+	fprintf(stderr, "usage: move_check server ADDR PORT "
+			"block|epoll|lazy|rdhup|inline|inline-listener|owner\n"
 			"       move_check client ADDR PORT block|poll|burst ROUNDS\n");
 	return 2;
 }

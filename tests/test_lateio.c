@@ -269,6 +269,26 @@ static void lio_round(struct lio_side *s, struct lio_side *peer, int round)
 		lio_read(s, peer);
 }
 
+/*
+ * The client's close gives the server the end of stream, not a reset: a
+ * mark of the server's that no read passed is unread data to the kernel,
+ * which resets the connection at close instead (lateio_pass_mark).
+ */
+static void lio_close_check(const struct lio_case *c)
+{
+	struct pollfd p = {.fd = lio_sides[1].fd, .events = POLLIN};
+	ssize_t n;
+	char b;
+
+	close(lio_sides[0].fd);
+	lio_sides[0].fd = -1; /* closed: the caller's close of it does nothing */
+	assert_int_equal(poll(&p, 1, 2000), 1);
+	n = recv(lio_sides[1].fd, &b, 1, MSG_DONTWAIT);
+	if (n != 0)
+		fail_msg("%s: the client's close gave the server %s", c->what,
+			 n < 0 ? strerror(errno) : "a byte");
+}
+
 /* Everything written was read, nothing is held or owed. */
 static bool lio_quiet(const struct lio_side *s, const struct lio_side *peer)
 {
@@ -324,6 +344,7 @@ static void lio_run(const struct lio_case *c)
 	}
 	if (lio_marker >= 0)
 		fail_msg("%s: no read had a window for the peer's mark", c->what);
+	lio_close_check(c);
 	for (int i = 0; i < 2; i++) {
 		struct lio_side *s = &lio_sides[i];
 
@@ -455,10 +476,57 @@ static void test_lateio_shown(void **state)
 	}
 }
 
+/*
+ * A pinned client whose application reads nothing more (it forks and
+ * closes, say): the pin's exchange alone, then the client's close. The
+ * server's mark was read out of band and its DECLINE is the last message,
+ * so no read passed that mark but the pin's own (lateio_pass_mark): without
+ * it, the close would reset the connection (the server's read would get
+ * ECONNRESET where TCP gives the end of stream).
+ */
+static void test_lateio_pin_then_close(void **state)
+{
+	static const struct lio_plan plain = {0};
+	struct ss_lateio *a = &lio_sides[0].x, *b = &lio_sides[1].x;
+	struct pollfd p;
+	int fds[2], i;
+	char c;
+
+	(void)state;
+	ss_urg_between_hook = NULL;
+	tcp_loop_pair(&fds[0], &fds[1]);
+	for (i = 0; i < 2; i++) {
+		lio_sides[i] = (struct lio_side){.plan = &plain, .fd = fds[i]};
+		ss_lateio_init(&lio_sides[i].x, &tcp_loop_io, fds[i], i == 0, 0xc0ffee, &lio_hooks,
+			       &lio_sides[i]);
+	}
+	assert_int_equal(ss_lateio_event(a, SS_LATE_EV_PIN), 0);
+	for (i = 0; i < 200 && (a->rules.state != SS_LATE_TCP || b->rules.state != SS_LATE_TCP);
+	     i++) {
+		usleep(1000);
+		assert_int_equal(ss_lateio_step(b), 0);
+		assert_int_equal(ss_lateio_step(a), 0);
+	}
+	if (a->rules.state != SS_LATE_TCP || b->rules.state != SS_LATE_TCP)
+		fail_msg("the pin did not end on TCP: client %s, server %s",
+			 ss_late_state_str(a->rules.state), ss_late_state_str(b->rules.state));
+	close(fds[0]);
+	p = (struct pollfd){.fd = fds[1], .events = POLLIN};
+	assert_int_equal(poll(&p, 1, 2000), 1);
+	errno = 0;
+	if (recv(fds[1], &c, 1, MSG_DONTWAIT) != 0)
+		fail_msg("the pinned client's close gave the server %s, not the end of stream",
+			 errno ? strerror(errno) : "a byte");
+	for (i = 0; i < 2; i++)
+		ss_lateio_free(&lio_sides[i].x);
+	close(fds[1]);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {cmocka_unit_test(test_lateio_cases),
-					   cmocka_unit_test(test_lateio_shown)};
+					   cmocka_unit_test(test_lateio_shown),
+					   cmocka_unit_test(test_lateio_pin_then_close)};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

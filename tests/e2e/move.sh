@@ -70,6 +70,44 @@ for mode in srq rq; do
 	move_case "the server's application asleep in epoll throughout" rdhup shut "$NEVER" "$AT_ONCE" $mode 3
 done
 
+# Connections that must not move, while the other side would move at once:
+# one side may not (SRQSHIM_MOVE_AFTER_MS=-1), or its application takes
+# urgent data itself (SO_OOBINLINE on the accepted socket or its listener,
+# a SIGURG owner). Its peer must neither hold its bytes for a mark that
+# never answers (a server that may not move says DECLINE, not LATER; a
+# client that may not move sends no HELLO) nor put its mark in the
+# application's stream or signals (such a socket is pinned, or never LATE):
+# the echo runs as over TCP, no signal, both ends on TCP, no RDMA packet.
+stay_case() {
+	local name=$1 sstyle=$2 smove=$3 cmove=$4 how spid pkts
+	for how in tcp shim; do
+		port=$((port + 1))
+		local pre_s=(env) pre_c=(env)
+		if [ $how = shim ]; then
+			pre_s=(env LD_PRELOAD="$PRELOAD" SRQSHIM_LOG_LEVEL=info $smove)
+			pre_c=(env LD_PRELOAD="$PRELOAD" SRQSHIM_LOG_LEVEL=info SRQSHIM_START=tcp $cmove)
+		fi
+		pkts=$(rdma_pkts)
+		"${pre_s[@]}" timeout 30 "$MC" server "$ADDR" $port $sstyle > "$WORK/st.srv.log" 2>&1 &
+		spid=$!
+		wait_listen $port
+		"${pre_c[@]}" timeout 30 "$MC" client "$ADDR" $port block $ROUNDS > "$WORK/st.cli.log" 2>&1 ||
+			{ sleep 1; cat "$WORK/st.cli.log" "$WORK/st.srv.log"; fail "$name ($how): client"; }
+		wait $spid || { cat "$WORK/st.srv.log" "$WORK/st.cli.log"; fail "$name ($how): server"; }
+		[ $how = tcp ] && cp "$WORK/st.srv.log" "$WORK/stay-tcp.srv"
+		diff <(grep "^server:" "$WORK/stay-tcp.srv") <(grep "^server:" "$WORK/st.srv.log") ||
+			fail "$name: the server saw other than over TCP (- TCP, + shim)"
+		[ $how = tcp ] && continue
+		[ $(($(rdma_pkts) - pkts)) -eq 0 ] || fail "$name: $(($(rdma_pkts) - pkts)) RDMA packets"
+		pass "$name: $(grep "^server:" "$WORK/st.srv.log" | tr '\n' ' ')as over TCP, no RDMA packet"
+	done
+}
+stay_case "a server that may not move" block "SRQSHIM_MOVE_AFTER_MS=-1" "$AT_ONCE"
+stay_case "a client that may not move" block "$AT_ONCE" "SRQSHIM_MOVE_AFTER_MS=-1"
+stay_case "a server with SO_OOBINLINE" inline "$AT_ONCE" "$AT_ONCE"
+stay_case "a server whose listener has SO_OOBINLINE" inline-listener "$AT_ONCE" "$AT_ONCE"
+stay_case "a server that owns SIGURG" owner "$AT_ONCE" "$AT_ONCE"
+
 # A connection on TCP that may move is shown by the status tool from the
 # progress thread's first look (60-70 ms of age), at both ends, while no
 # application calls: three idle connections that never move.

@@ -46,7 +46,7 @@ done
 # and every end (the loop's connections to itself included) on TCP because
 # the server said LATER.
 port=$((port + 10))
-env LD_PRELOAD="$PRELOAD" SRQSHIM_START=tcp SRQSHIM_MOVE_AFTER_MS=-1 CHECK_STATUS="$WORK/late" CHECK_CTL="$CTL" \
+env LD_PRELOAD="$PRELOAD" SRQSHIM_START=tcp SRQSHIM_MOVE_AFTER_MS=86400000 CHECK_STATUS="$WORK/late" CHECK_CTL="$CTL" \
 	timeout 300 "$NC" "$ADDR" $port $DEAD > "$WORK/late.txt" 2> "$WORK/late.log" ||
 	{ cat "$WORK/late.txt" "$WORK/late.log"; fail "start on TCP: nbconnect_check failed"; }
 diff -u "$WORK/tcp.txt" "$WORK/late.txt" ||
@@ -74,7 +74,7 @@ grep -q "shut-race epoll: SO_ERROR 0" "$WORK/race-tcp.txt" ||
 	{ cat "$WORK/race-tcp.txt"; fail "shut-race over TCP: the connect had not ended at 1.5 s"; }
 for how in srq rq tcp; do
 	port=$((port + 10))
-	if [ $how = tcp ]; then set -- SRQSHIM_START=tcp SRQSHIM_MOVE_AFTER_MS=-1; else set -- SRQSHIM_MODE=$how; fi
+	if [ $how = tcp ]; then set -- SRQSHIM_START=tcp SRQSHIM_MOVE_AFTER_MS=86400000; else set -- SRQSHIM_MODE=$how; fi
 	env LD_PRELOAD="$PRELOAD" "$@" SRQSHIM_TEST_DELAYS=shut-connect=1000 \
 		timeout 120 "$NC" "$ADDR" $port $DEAD shut-race 500 > "$WORK/race-$how.txt" ||
 		{ cat "$WORK/race-$how.txt"; fail "shut-race ($*) failed"; }
@@ -90,7 +90,7 @@ pass "shut-race: a connect that ends between the shim's look and its shutdown is
 # Starting on TCP only: in srq and rq mode a write while TCP connects says
 # EAGAIN, as TCP's, so nothing is held there.
 port=$((port + 10))
-env LD_PRELOAD="$PRELOAD" SRQSHIM_START=tcp SRQSHIM_MOVE_AFTER_MS=-1 SRQSHIM_TEST_DELAYS=shut-connect=1000 \
+env LD_PRELOAD="$PRELOAD" SRQSHIM_START=tcp SRQSHIM_MOVE_AFTER_MS=86400000 SRQSHIM_TEST_DELAYS=shut-connect=1000 \
 	timeout 120 "$NC" "$ADDR" $port $DEAD shut-race-held 500 > "$WORK/held.txt" ||
 	{ cat "$WORK/held.txt"; fail "shut-race-held failed"; }
 for style in epoll poll select; do

@@ -12,8 +12,9 @@ need_rdma
 HS=$BUILD/tests/hs_check
 CTL=$BUILD/tools/srqshim-ctl
 export SRQSHIM_HELLO_TIMEOUT_MS=300 SRQSHIM_ACKED_TIMEOUT_MS=1500 SRQSHIM_SERVER_WAIT_MS=200
-# The start alone: these connections never move to RDMA (the move is move.sh's).
-export SRQSHIM_MOVE_AFTER_MS=-1
+# The start alone: these connections never move to RDMA (the move is move.sh's). Not -1:
+# a client that may never move sends no HELLO, and a server that may never move declines.
+export SRQSHIM_MOVE_AFTER_MS=86400000
 BYTES=200000
 port=9700
 S=SRQSHIM_START=tcp
@@ -134,6 +135,14 @@ start_case readall greet-shut "" "SRQSHIM_MODE=tcp"
 # server's blocking read gets it (part of a message for a second is the
 # peer's own bytes), never EAGAIN.
 start_case nul greet "" "SRQSHIM_MODE=tcp"
+# A plain client whose whole first message is the first byte of a handshake
+# message, and which then waits for the reply: the server's blocking read
+# gets that byte once it has waited a second for more (a message is sent
+# whole), not never.
+start_case nulwait first "" "SRQSHIM_MODE=tcp"
+# The error queue of a connection on TCP that may move (a MSG_ZEROCOPY
+# send's completion): the kernel's, as TCP's; no stream byte is read for it.
+start_case errqueue reply "" ""
 # SO_RCVLOWAT above what is there: a blocking read of fewer bytes returns
 # them at once, as TCP's (a connection on TCP that may move: its blocking
 # reads look before they wait once the application set a low mark).

@@ -14,6 +14,7 @@ kernel TCP and under the shim; timings only as bounds far above TCP's.
       writing at once, then reads to the end; greet-shut: writes b"HI\n",
       then waits in a blocking read; 0.3 s later another thread writes
       b"MORE\n" and shuts (SHUT_RDWR), which ends the read
+      first: one blocking read, then writes b"OK\n", then as silent
   start_check.py CASE ADDR PORT           a client case:
       close: writes, closes at once (close must not wait for the server)
       poll:  non-blocking, writes, waits in poll for the reply
@@ -33,6 +34,9 @@ kernel TCP and under the shim; timings only as bounds far above TCP's.
       readall: reads to the end (at most 5 s)
       nul: reads the greeting, writes b"\\0" (the first byte of a handshake
       message), then b"x\n" 1.5 s later
+      nulwait: writes b"\\0" and waits for the reply (5 s at most)
+      errqueue: 0.2 s after connect, sends b"PING\n" with MSG_ZEROCOPY, then
+      reads the error queue (its completion), then the reply
       lowat: SO_RCVLOWAT 10, then a blocking read of 3 bytes 0.2 s after
       connect (the 3-byte greeting is in): TCP's read returns them (its
       target is the smaller of the mark and the length); a wait for the
@@ -75,6 +79,9 @@ def server(addr, port, mode):
             return
         if mode == "shutwr":
             c.shutdown(socket.SHUT_WR)
+        if mode == "first":
+            got = c.recv(100)
+            c.sendall(b"OK\n")
         if mode == "greet-shut":
             c.sendall(b"HI\n")
             took = []
@@ -118,6 +125,14 @@ def server(addr, port, mode):
         c, _ = ls.accept()
         n += 1
         threading.Thread(target=handle, args=(c, n), daemon=True).start()
+
+
+def recv_or_timeout(s):
+    """Up to 100 bytes of s, or b"<timeout>" when its timeout ran out first."""
+    try:
+        return s.recv(100)
+    except socket.timeout:
+        return b"<timeout>"
 
 
 def case(which, addr, port):
@@ -260,12 +275,9 @@ def case(which, addr, port):
         s = socket.create_connection((addr, port))
         s.settimeout(5)
         got = b""
-        try:
-            while d := s.recv(100):
-                got += d
-        except socket.timeout:
-            got += b"<timeout>"
-        print("read all:", got, flush=True)
+        while (d := recv_or_timeout(s)) and d != b"<timeout>":
+            got += d
+        print("read all:", got + d, flush=True)
         s.close()
     elif which == "nul":
         s = socket.create_connection((addr, port))
@@ -274,6 +286,26 @@ def case(which, addr, port):
         s.sendall(b"\0")
         time.sleep(1.5)
         s.sendall(b"x\n")
+        s.close()
+    elif which == "errqueue":
+        s = socket.create_connection((addr, port))
+        time.sleep(0.2)
+        s.setsockopt(socket.SOL_SOCKET, 60, 1)  # SO_ZEROCOPY
+        s.send(b"PING\n", 0x4000000)  # MSG_ZEROCOPY
+        time.sleep(0.2)
+        try:
+            data, anc, flags, _ = s.recvmsg(100, 1024, socket.MSG_ERRQUEUE)
+            print("error queue: %d bytes, %d messages" % (len(data), len(anc)), flush=True)
+        except OSError as e:
+            print("error queue:", e.__class__.__name__, flush=True)
+        s.settimeout(5)
+        print("reply:", s.recv(100), flush=True)
+        s.close()
+    elif which == "nulwait":
+        s = socket.create_connection((addr, port))
+        s.settimeout(5)
+        s.sendall(b"\0")
+        print("reply:", recv_or_timeout(s), flush=True)
         s.close()
     elif which == "lowat":
         def on_alarm(signum, frame):
