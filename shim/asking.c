@@ -310,12 +310,10 @@ int ss_asking_connect(struct ss_sock *s, int fd)
  * and the held bytes, waited for in slices (the progress thread may finish
  * it meanwhile) until end (ms).
  */
-static uint64_t asking_finish_end;
-static void asking_finish(struct ss_sock *s)
+static void asking_finish_until(struct ss_sock *s, uint64_t end)
 {
 	pthread_mutex_lock(&s->lock);
-	while (ss_sock_state(s) == SS_SOCK_ASKING && ss_asking_step(s) &&
-	       ss_now_ms() < asking_finish_end) {
+	while (ss_sock_state(s) == SS_SOCK_ASKING && ss_asking_step(s) && ss_now_ms() < end) {
 		struct pollfd p = {.fd = s->tcp_fd, .events = ss_asking_events(s)};
 
 		pthread_mutex_unlock(&s->lock);
@@ -325,11 +323,22 @@ static void asking_finish(struct ss_sock *s)
 	pthread_mutex_unlock(&s->lock);
 }
 
+void ss_asking_finish(struct ss_sock *s)
+{
+	asking_finish_until(s, UINT64_MAX); /* the asking's own deadline ends it */
+}
+
+static uint64_t asking_finish_end; /* ss_asking_finish_all's, for its callback */
+static void asking_finish_one(struct ss_sock *s)
+{
+	asking_finish_until(s, asking_finish_end);
+}
+
 void ss_asking_finish_all(void)
 {
 	/* A handler that interrupted a shim call may fork: that call may hold a socket's lock. */
 	if (ss_in_call)
 		return;
 	asking_finish_end = ss_deadline_in(ss_cfg.linger_ms);
-	ss_sock_for_each_held(asking_finish);
+	ss_sock_for_each_held(asking_finish_one);
 }

@@ -127,7 +127,7 @@ static int after_accept(int lfd, int fd, bool nb, const struct sockaddr *addr, s
 			const socklen_t *got)
 {
 	struct ss_sock *l, *s;
-	bool urg_app;
+	unsigned urg_app;
 	int domain;
 
 	if (fd < 0)
@@ -139,9 +139,7 @@ static int after_accept(int lfd, int fd, bool nb, const struct sockaddr *addr, s
 	}
 	/* Read before the reference goes: another thread may close the listener. */
 	domain = l->domain;
-	pthread_mutex_lock(&l->lock);
-	urg_app = l->urg_app; /* SO_OOBINLINE is the accepted socket's too */
-	pthread_mutex_unlock(&l->lock);
+	urg_app = atomic_load(&l->urg_app) & SS_URG_INLINE; /* as the kernel copies the option */
 	ss_sock_put(l);
 	/* SRQSHIM_MODE=tcp, or after an io_uring ring: nothing to decide, nothing to track. */
 	if (ss_cfg.mode == SS_MODE_TCP || ss_ring_seen()) {
@@ -156,11 +154,7 @@ static int after_accept(int lfd, int fd, bool nb, const struct sockaddr *addr, s
 			memcpy(&s->dst, addr, *got);
 			s->dst_len = *got;
 		}
-		if (urg_app) {
-			pthread_mutex_lock(&s->lock);
-			s->urg_app = true;
-			pthread_mutex_unlock(&s->lock);
-		}
+		atomic_store(&s->urg_app, urg_app);
 		ss_server_accepted(s, fd);
 		ss_sock_put(s);
 		errno = err;
@@ -1083,12 +1077,12 @@ static void flags_changed(int fd, int ret, int nb)
  * then the socket never moves, and a LATE one is pinned before the call
  * (ss_move_urg_app).
  */
-static void urg_app_before(int fd, bool urg)
+static void urg_app_before(int fd, unsigned how)
 {
-	struct ss_sock *s = urg ? ss_sock_get(fd) : NULL;
+	struct ss_sock *s = how ? ss_sock_get(fd) : NULL;
 
 	if (s)
-		ss_move_urg_app(s);
+		ss_move_urg_app(s, how);
 	ss_sock_put(s);
 }
 
@@ -1104,7 +1098,8 @@ EXPORT int fcntl(int fd, int cmd, ...)
 	if (cmd == F_DUPFD || cmd == F_DUPFD_CLOEXEC)
 		return after_dup(fd, ss_real.fcntl(fd, cmd, arg));
 	/* An owner gets SIGURG for the peer's urgent byte: the peer's mark must never be one. */
-	urg_app_before(fd, cmd == F_SETOWN || cmd == F_SETOWN_EX || cmd == F_SETSIG);
+	urg_app_before(fd,
+		       cmd == F_SETOWN || cmd == F_SETOWN_EX || cmd == F_SETSIG ? SS_URG_OWNER : 0);
 	if (cmd == F_SETFL) {
 		int ret = ss_real.fcntl(fd, cmd, arg);
 
@@ -1141,7 +1136,7 @@ EXPORT int ioctl(int fd, unsigned long req, ...)
 		if (handled)
 			return (int)to_libc(r);
 	}
-	urg_app_before(fd, req == FIOSETOWN || req == SIOCSPGRP);
+	urg_app_before(fd, req == FIOSETOWN || req == SIOCSPGRP ? SS_URG_OWNER : 0);
 	if (req == FIONBIO) {
 		int ret = ss_real.ioctl(fd, req, arg);
 
@@ -1205,7 +1200,9 @@ EXPORT int setsockopt(int fd, int level, int name, const void *val, socklen_t le
 	real_ready();
 	/* Urgent bytes in the stream: the peer's mark must never be there. */
 	urg_app_before(fd, level == SOL_SOCKET && name == SO_OOBINLINE && val &&
-				   len >= sizeof(int) && *(const int *)val != 0);
+					   len >= sizeof(int) && *(const int *)val != 0
+				   ? SS_URG_INLINE
+				   : 0);
 	tfd = tcp_of(fd, &s);
 	ret = ss_real.setsockopt(tfd, level, name, val, len);
 	if (ret == 0 && s) {

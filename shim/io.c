@@ -580,7 +580,7 @@ static int io_decide_for_read(struct ss_sock *s, int fd, int flags)
 	}
 	pthread_mutex_lock(&s->lock);
 	/* The rest of a partial HELLO has a second to come (then the bytes are the client's). */
-	ret = ss_server_decide(s, fd, wait ? SS_PARTIAL_MS : 0);
+	ret = ss_server_decide(s, fd, wait ? SS_PARTIAL_MS : 0, wait);
 	pthread_mutex_unlock(&s->lock);
 	return ret;
 }
@@ -590,7 +590,8 @@ void ss_io_decide_for_write(struct ss_sock *s, int fd)
 	int wait = ss_cfg.server_wait_ms + 4 * ss_rtt_ms(fd);
 
 	pthread_mutex_lock(&s->lock);
-	if (ss_server_decide(s, fd, wait) == -EAGAIN && ss_sock_state(s) == SS_SOCK_ACCEPTED) {
+	if (ss_server_decide(s, fd, wait, false) == -EAGAIN &&
+	    ss_sock_state(s) == SS_SOCK_ACCEPTED) {
 		/* No HELLO in time: plain, and a late HELLO is taken out of the stream. */
 		s->strip = SS_STRIP_HELLO;
 		ss_bg_stop_private(s);

@@ -268,7 +268,16 @@ void ss_move_look(struct ss_sock *s)
 
 bool ss_move_allowed(const struct ss_sock *s)
 {
-	return ss_cfg.move_after_ms >= 0 && !s->urg_app;
+	return ss_cfg.move_after_ms >= 0 && !atomic_load(&s->urg_app);
+}
+
+/*
+ * A client answered LATER enters LATE even with urg_app: the server is LATE
+ * already, and only a pin tells it not to mark (ss_move_urg_app pins it).
+ */
+static bool move_may_enter(const struct ss_sock *s, bool client)
+{
+	return client ? ss_cfg.move_after_ms >= 0 : ss_move_allowed(s);
 }
 
 enum ss_reason ss_move_enter(struct ss_sock *s, int fd, bool client, uint32_t nonce)
@@ -276,7 +285,7 @@ enum ss_reason ss_move_enter(struct ss_sock *s, int fd, bool client, uint32_t no
 	struct ss_lateio *x;
 	int look;
 
-	if (!ss_move_allowed(s))
+	if (!move_may_enter(s, client))
 		return SS_REASON_POLICY;
 	if (s->n_fds == 0 || s->shut_wr || s->shut_wr_held || atomic_load(&s->shut_rd) ||
 	    atomic_load(&s->plain_err) || s->strip != SS_STRIP_NONE || ss_bg_start(s) != 0)
@@ -555,11 +564,15 @@ bool ss_move_close(struct ss_sock *s)
 	return false;
 }
 
-void ss_move_urg_app(struct ss_sock *s)
+void ss_move_urg_app(struct ss_sock *s, unsigned how)
 {
-	pthread_mutex_lock(&s->lock);
-	s->urg_app = true;
-	pthread_mutex_unlock(&s->lock);
+	atomic_fetch_or(&s->urg_app, how);
+	/* A signal handler's call inside a shim call that may hold this socket's lock: no wait. */
+	if (ss_in_call)
+		return;
+	/* A client still asking: its answer first (LATER makes it LATE), then the pin. */
+	if (ss_sock_state(s) == SS_SOCK_ASKING)
+		ss_asking_finish(s);
 	if (ss_sock_state(s) == SS_SOCK_LATE)
 		ss_move_pin(s);
 }

@@ -24,7 +24,9 @@ enum server_look {
 };
 
 /* Plain after the HELLO was taken: the client may be giving up at the same time. */
-static void server_plain(struct ss_sock *s, int fd, const struct ss_msg *hello, enum ss_reason r)
+/* strip: what the client may still send with the HELLO's nonce (SS_STRIP_NONE: nothing). */
+static void server_plain(struct ss_sock *s, int fd, const struct ss_msg *hello, enum ss_reason r,
+			 enum ss_strip strip)
 {
 	struct ss_msg d = {.type = SS_MSG_DECLINE, .nonce = hello->nonce, .reason = (uint16_t)r};
 
@@ -35,7 +37,7 @@ static void server_plain(struct ss_sock *s, int fd, const struct ss_msg *hello, 
 	}
 	ss_bg_stop_private(s);
 	s->nonce = hello->nonce;
-	s->strip = SS_STRIP_NONCE;
+	s->strip = (uint8_t)strip;
 	ss_become_plain(s, r);
 }
 
@@ -56,7 +58,8 @@ static void server_later(struct ss_sock *s, int fd, const struct ss_msg *hello)
 
 	ss_test_delay(SS_TP_SERVER_ACK);
 	if ((r = ss_move_enter(s, fd, false, hello->nonce)) != SS_REASON_NONE) {
-		server_plain(s, fd, hello, r);
+		server_plain(s, fd, hello, r,
+			     SS_STRIP_NONE); /* a LATER client sends nothing more */
 		return;
 	}
 	if (ss_send_msg(fd, &m, 1000) == 0)
@@ -161,7 +164,7 @@ static void server_answer(struct ss_sock *s, int fd, const struct ss_msg *hello)
 	if (r == SS_REASON_NONE && ss_bg_start(s) != 0)
 		r = SS_REASON_RESOURCE;
 	if (r != SS_REASON_NONE) {
-		server_plain(s, fd, hello, r);
+		server_plain(s, fd, hello, r, SS_STRIP_NONCE);
 		return;
 	}
 	/* Our socketpair end goes on the application's fd before the client may send. */
@@ -169,7 +172,7 @@ static void server_answer(struct ss_sock *s, int fd, const struct ss_msg *hello)
 		ss_tp->worker_unwatch(ss_w, &s->watch);
 	ss_test_delay(SS_TP_SERVER_PAIR);
 	if (ss_enter_pair(s) != 0) {
-		server_plain(s, fd, hello, SS_REASON_RESOURCE);
+		server_plain(s, fd, hello, SS_REASON_RESOURCE, SS_STRIP_NONCE);
 		return;
 	}
 	s->nonce = hello->nonce;
@@ -181,7 +184,7 @@ static void server_answer(struct ss_sock *s, int fd, const struct ss_msg *hello)
 	ss_tp->conn_resync(s->conn);
 }
 
-int ss_server_decide(struct ss_sock *s, int fd, int wait_ms)
+int ss_server_decide(struct ss_sock *s, int fd, int wait_ms, bool bytes_there)
 {
 	struct ss_msg hello;
 	enum ss_dec_result dec = SS_DEC_OK;
@@ -195,10 +198,13 @@ int ss_server_decide(struct ss_sock *s, int fd, int wait_ms)
 	 * ACCEPTED, and the mark means nothing more.
 	 */
 	atomic_store(&s->answering, true);
+	/* Part of a message among the bytes there waits for its rest from now on. */
+	if (bytes_there && !s->partial_ms)
+		s->partial_ms = ss_now_ms();
 	switch (ss_hs_read(&ss_real_io, fd, &hello, wait_ms, &dec)) {
 	case SS_HSR_PARTIAL:
-		/* A second for the rest, in this wait or over calls (ss_partial_lasted). */
-		if (wait_ms >= SS_PARTIAL_MS || ss_partial_lasted(&s->partial_ms)) {
+		/* A second for the rest, in this wait or over calls. */
+		if (ss_partial_lasted(&s->partial_ms)) {
 			/* The client's own first bytes (a plain client): plain, untouched. */
 			ss_bg_stop_private(s);
 			ss_become_plain(s, SS_REASON_PEER_PLAIN);

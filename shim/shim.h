@@ -275,6 +275,9 @@ short ss_asking_events(const struct ss_sock *s);
  */
 void ss_asking_finish_all(void);
 
+/* The same for one socket, until it is answered or its own deadline passes (no lock held). */
+void ss_asking_finish(struct ss_sock *s);
+
 /* ---- a connection on TCP that may move to RDMA (moving.c) ---- */
 
 /*
@@ -349,9 +352,11 @@ int ss_move_pin(struct ss_sock *s);
  * The application is about to take urgent data itself (SO_OOBINLINE, an
  * owner for SIGURG): s never moves (urg_app), and a LATE one is pinned
  * first, so that the marks of the pin are read by the shim before the
- * option or the owner could show them. No lock held.
+ * option or the owner could show them; a client still asking takes its
+ * answer first. how: SS_URG_*. No lock held (from a signal handler that
+ * interrupted a shim call, only the mark is set).
  */
-void ss_move_urg_app(struct ss_sock *s);
+void ss_move_urg_app(struct ss_sock *s, unsigned how);
 
 /* ss_move_pin() for every LATE socket (before fork). */
 void ss_move_pin_all(void);
@@ -379,12 +384,12 @@ void ss_server_accepted(struct ss_sock *s, int fd);
 
 /*
  * Server: decide an accepted connection at its first I/O, lock held.
- * wait_ms: how long to wait for the client's first bytes (a wait of
- * SS_PARTIAL_MS that ends with part of a message decides it plain, as
- * does part of one seen for that long over calls). Returns 0 once
- * decided, -EAGAIN while undecided.
+ * wait_ms: how long to wait for the client's first bytes; bytes_there:
+ * some are there as it begins. Part of a message that waited
+ * SS_PARTIAL_MS for its rest (in this wait or over calls) decides it
+ * plain. Returns 0 once decided, -EAGAIN while undecided.
  */
-int ss_server_decide(struct ss_sock *s, int fd, int wait_ms);
+int ss_server_decide(struct ss_sock *s, int fd, int wait_ms, bool bytes_there);
 
 /* The background watch of an accepted, undecided connection (lock held). Returns true to keep
  * watching. */

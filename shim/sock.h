@@ -46,6 +46,9 @@ enum ss_sock_state {
 };
 
 /* What must be taken off the head of the TCP stream before the application reads it. */
+/* How the application takes urgent data itself (ss_sock's urg_app). */
+enum { SS_URG_INLINE = 1, SS_URG_OWNER = 2 };
+
 enum ss_strip {
 	SS_STRIP_NONE,
 	/* Handshake messages carrying our nonce (answers and give-ups that crossed). */
@@ -116,11 +119,12 @@ struct ss_sock {
 	bool looked_empty; /* ASKING: the last look for the answer found nothing more there */
 	bool rtt_waited;   /* ASKING: the HELLO's wait grew once by four round trips */
 	/*
-	 * The application takes urgent data itself (SO_OOBINLINE, a signal
-	 * owner for SIGURG): never LATE, where the peer's mark is urgent data
-	 * (moving.c). A listener's goes to the connections it accepts.
+	 * The application takes urgent data itself (SS_URG_*: SO_OOBINLINE, a
+	 * signal owner for SIGURG): never LATE, where the peer's mark is
+	 * urgent data (moving.c). A listener's SS_URG_INLINE goes to the
+	 * connections it accepts, as the kernel's option does.
 	 */
-	bool urg_app;
+	atomic_uint urg_app;
 	/* When part of a message was first seen at the head (ACCEPTED: where the HELLO would be;
 	 * PLAIN: a message to strip): ss_partial_lasted */
 	uint64_t partial_ms;

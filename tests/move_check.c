@@ -27,7 +27,7 @@
  *   move_check client ADDR PORT STYLE ROUNDS
  *       STYLE block: blocking; poll: non-blocking with poll; burst:
  *       blocking, one echo, then 8 messages written before their echoes
- *       are read
+ *       are read; inline: block, with SO_OOBINLINE right after connect
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -147,6 +147,9 @@ static int move_client(const char *addr, int port, const char *style, unsigned r
 
 	if (fd < 0 || connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0)
 		prog_die("connect");
+	if (strcmp(style, "inline") == 0 &&
+	    setsockopt(fd, SOL_SOCKET, SO_OOBINLINE, &(int){1}, sizeof(int)) < 0)
+		prog_die("SO_OOBINLINE");
 	if (strcmp(style, "poll") == 0)
 		fcntl(fd, F_SETFL, O_NONBLOCK);
 	if (strcmp(style, "shut") == 0) {
@@ -299,6 +302,6 @@ int main(int argc, char **argv)
 		return move_client(argv[2], atoi(argv[3]), argv[4], (unsigned)atoi(argv[5]));
 	fprintf(stderr, "usage: move_check server ADDR PORT "
 			"block|epoll|lazy|rdhup|inline|inline-listener|owner\n"
-			"       move_check client ADDR PORT block|poll|burst ROUNDS\n");
+			"       move_check client ADDR PORT block|poll|burst|shut|inline ROUNDS\n");
 	return 2;
 }

@@ -79,7 +79,7 @@ done
 # application's stream or signals (such a socket is pinned, or never LATE):
 # the echo runs as over TCP, no signal, both ends on TCP, no RDMA packet.
 stay_case() {
-	local name=$1 sstyle=$2 smove=$3 cmove=$4 how spid pkts
+	local name=$1 sstyle=$2 smove=$3 cmove=$4 cstyle=${5:-block} how spid pkts
 	for how in tcp shim; do
 		port=$((port + 1))
 		local pre_s=(env) pre_c=(env)
@@ -91,7 +91,7 @@ stay_case() {
 		"${pre_s[@]}" timeout 30 "$MC" server "$ADDR" $port $sstyle > "$WORK/st.srv.log" 2>&1 &
 		spid=$!
 		wait_listen $port
-		"${pre_c[@]}" timeout 30 "$MC" client "$ADDR" $port block $ROUNDS > "$WORK/st.cli.log" 2>&1 ||
+		"${pre_c[@]}" timeout 30 "$MC" client "$ADDR" $port $cstyle $ROUNDS > "$WORK/st.cli.log" 2>&1 ||
 			{ sleep 1; cat "$WORK/st.cli.log" "$WORK/st.srv.log"; fail "$name ($how): client"; }
 		wait $spid || { cat "$WORK/st.srv.log" "$WORK/st.cli.log"; fail "$name ($how): server"; }
 		[ $how = tcp ] && cp "$WORK/st.srv.log" "$WORK/stay-tcp.srv"
@@ -107,6 +107,9 @@ stay_case "a client that may not move" block "$AT_ONCE" "SRQSHIM_MOVE_AFTER_MS=-
 stay_case "a server with SO_OOBINLINE" inline "$AT_ONCE" "$AT_ONCE"
 stay_case "a server whose listener has SO_OOBINLINE" inline-listener "$AT_ONCE" "$AT_ONCE"
 stay_case "a server that owns SIGURG" owner "$AT_ONCE" "$AT_ONCE"
+# The client sets it right after its connect, while its HELLO's answer is on
+# its way: the answer is taken first (LATE), then the pin.
+stay_case "a client with SO_OOBINLINE" block "$AT_ONCE" "$AT_ONCE" inline
 
 # A connection on TCP that may move is shown by the status tool from the
 # progress thread's first look (60-70 ms of age), at both ends, while no
