@@ -239,6 +239,17 @@ static bool lateio_mark_coming(const struct ss_lateio *x)
 	return x->io->poll(&p, 1, 0) > 0 && (p.revents & POLLPRI);
 }
 
+void ss_lateio_pass_lone_mark(struct ss_lateio *x)
+{
+	char c;
+
+	if (!lateio_mark_coming(x))
+		return;
+	x->io->recv(x->fd, &c, 1, MSG_OOB | MSG_DONTWAIT);
+	if (x->io->recv(x->fd, &c, 1, MSG_PEEK | MSG_DONTWAIT) < 0 && errno == EAGAIN)
+		x->io->recv(x->fd, &c, 1, MSG_DONTWAIT);
+}
+
 /* Reads the next message of the exchange, if it is there. */
 static void lateio_read_msg(struct ss_lateio *x)
 {

@@ -82,6 +82,14 @@ bool ss_lateio_owes(const struct ss_lateio *x);
 /* True while the taken bytes are at their bound: taking waits for the application's read. */
 bool ss_lateio_full(const struct ss_lateio *x);
 
+/*
+ * Before the close of a quiet connection: the peer's lone mark, if one
+ * came, is read and passed (its unread urgent byte would make the close a
+ * reset, and the peer's taken bytes would go with it). Bytes of the
+ * peer's left unread stay so (a reset, as TCP's close gives).
+ */
+void ss_lateio_pass_lone_mark(struct ss_lateio *x);
+
 /* What an application's read found. */
 enum ss_lateio_read {
 	SS_LATEIO_BYTES,   /* *got_p bytes (0: the peer's end of stream, or len was 0) */

@@ -560,6 +560,9 @@ bool ss_move_close(struct ss_sock *s)
 		s->shut_wr_held = true;
 		return true;
 	}
+	/* A mark of the peer's that no look found yet: passed, so that the close is a FIN. */
+	if (ss_sock_state(s) == SS_SOCK_LATE && s->late->rules.state == SS_LATE_QUIET)
+		ss_lateio_pass_lone_mark(s->late);
 	move_plain(s, SS_REASON_LATER);
 	return false;
 }

@@ -14,7 +14,8 @@ kernel TCP and under the shim; timings only as bounds far above TCP's.
       writing at once, then reads to the end; greet-shut: writes b"HI\n",
       then waits in a blocking read; 0.3 s later another thread writes
       b"MORE\n" and shuts (SHUT_RDWR), which ends the read
-      first: one blocking read, then writes b"OK\n", then as silent
+      first: one blocking read, then writes b"OK\n", then as silent;
+      answer-close: reads to b"PING\n", answers b"PONG\n" and closes at once
   start_check.py CASE ADDR PORT           a client case:
       close: writes, closes at once (close must not wait for the server)
       poll:  non-blocking, writes, waits in poll for the reply
@@ -30,6 +31,7 @@ kernel TCP and under the shim; timings only as bounds far above TCP's.
       shutrd-late: shuts its reading 0.2 s after connect (the greeting is
       in), then two reads of a blocking socket
       ping: writes b"PING\n" 0.2 s after connect, reads the reply
+      ping-late: the same, reading the reply 0.5 s after its write
       endfirst: reads (the server's end), then writes b"PING\n"
       readall: reads to the end (at most 5 s)
       nul: reads the greeting, writes b"\\0" (the first byte of a handshake
@@ -82,6 +84,13 @@ def server(addr, port, mode):
         if mode == "first":
             got = c.recv(100)
             c.sendall(b"OK\n")
+        if mode == "answer-close":
+            while not got.endswith(b"PING\n") and (d := c.recv(100)):
+                got += d
+            c.sendall(b"PONG\n")
+            print("conn %d: %r" % (k, got), flush=True)
+            c.close()
+            return
         if mode == "greet-shut":
             c.sendall(b"HI\n")
             took = []
@@ -270,6 +279,17 @@ def case(which, addr, port):
         s.sendall(b"PING\n")
         s.settimeout(10)
         print("reply:", s.recv(100), flush=True)
+        s.close()
+    elif which == "ping-late":
+        s = socket.create_connection((addr, port))
+        time.sleep(0.2)
+        s.sendall(b"PING\n")
+        time.sleep(0.5)
+        s.settimeout(5)
+        try:
+            print("reply:", s.recv(100), flush=True)
+        except OSError as e:
+            print("reply:", e.__class__.__name__, flush=True)
         s.close()
     elif which == "readall":
         s = socket.create_connection((addr, port))
