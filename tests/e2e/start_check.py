@@ -136,6 +136,14 @@ def server(addr, port, mode):
         threading.Thread(target=handle, args=(c, n), daemon=True).start()
 
 
+def said(label, what):
+    """Prints label and what() gives, or the name of the error it raised."""
+    try:
+        print(label, what(), flush=True)
+    except OSError as e:
+        print(label, e.__class__.__name__, flush=True)
+
+
 def recv_or_timeout(s):
     """Up to 100 bytes of s, or b"<timeout>" when its timeout ran out first."""
     try:
@@ -273,23 +281,14 @@ def case(which, addr, port):
         print("read after SHUT_RD:", s.recv(100), flush=True)
         print("read again:", s.recv(100), flush=True)
         s.close()
-    elif which == "ping":
+    elif which in ("ping", "ping-late"):
         s = socket.create_connection((addr, port))
         time.sleep(0.2)
         s.sendall(b"PING\n")
-        s.settimeout(10)
-        print("reply:", s.recv(100), flush=True)
-        s.close()
-    elif which == "ping-late":
-        s = socket.create_connection((addr, port))
-        time.sleep(0.2)
-        s.sendall(b"PING\n")
-        time.sleep(0.5)
-        s.settimeout(5)
-        try:
-            print("reply:", s.recv(100), flush=True)
-        except OSError as e:
-            print("reply:", e.__class__.__name__, flush=True)
+        if which == "ping-late":
+            time.sleep(0.5)
+        s.settimeout(10 if which == "ping" else 5)
+        said("reply:", lambda: s.recv(100))
         s.close()
     elif which == "readall":
         s = socket.create_connection((addr, port))
@@ -313,11 +312,11 @@ def case(which, addr, port):
         s.setsockopt(socket.SOL_SOCKET, 60, 1)  # SO_ZEROCOPY
         s.send(b"PING\n", 0x4000000)  # MSG_ZEROCOPY
         time.sleep(0.2)
-        try:
-            data, anc, flags, _ = s.recvmsg(100, 1024, socket.MSG_ERRQUEUE)
-            print("error queue: %d bytes, %d messages" % (len(data), len(anc)), flush=True)
-        except OSError as e:
-            print("error queue:", e.__class__.__name__, flush=True)
+
+        def error_queue():
+            data, anc, _, _ = s.recvmsg(100, 1024, socket.MSG_ERRQUEUE)
+            return "%d bytes, %d messages" % (len(data), len(anc))
+        said("error queue:", error_queue)
         s.settimeout(5)
         print("reply:", s.recv(100), flush=True)
         s.close()
