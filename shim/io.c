@@ -521,14 +521,16 @@ static int io_wait_late(struct ss_sock *s, int fd, bool out)
 /*
  * A read of a LATE socket: peeked and taken (moving.c), waiting as TCP's
  * read would, all of it with MSG_WAITALL. Returns the count, -SS_REDO when
- * the socket moved on, or -errno.
+ * the socket moved on (*took: the bytes taken before), or -errno.
  */
-static ssize_t io_late_recv(struct ss_sock *s, int fd, const struct iovec *iov, int n, int flags)
+static ssize_t io_late_recv(struct ss_sock *s, int fd, const struct iovec *iov, int n, int flags,
+			    size_t *took)
 {
 	struct io_vec local;
 	size_t want = ss_iov_total(iov, n), got = 0;
 	ssize_t r;
 
+	*took = 0;
 	/* Urgent data is the application's: the connection stays on TCP for good first. */
 	if (flags & MSG_OOB) {
 		ss_move_pin(s);
@@ -561,8 +563,9 @@ static ssize_t io_late_recv(struct ss_sock *s, int fd, const struct iovec *iov, 
 		break;
 	}
 	io_vec_free(&local);
-	/* What came before a move's end, an error or a signal is the call's answer. */
-	return got ? (ssize_t)got : r;
+	*took = got;
+	/* What came before an error or a signal is the call's answer. */
+	return got && r != -SS_REDO ? (ssize_t)got : r;
 }
 
 /* Decides an accepted connection at a read: waits as the read would. */
@@ -740,7 +743,8 @@ static ssize_t io_up_result(struct ss_sock *s, ssize_t r)
 	return r;
 }
 
-static ssize_t io_up_recv(struct ss_sock *s, int fd, const struct iovec *iov, int n, int flags);
+static ssize_t io_up_recv(struct ss_sock *s, int fd, const struct iovec *iov, int n, int flags,
+			  size_t *took);
 
 /*
  * MSG_TRUNC, as TCP has it: up to want bytes are taken (with MSG_PEEK,
@@ -760,7 +764,7 @@ static ssize_t io_up_recv_trunc(struct ss_sock *s, int fd, size_t want, int flag
 		struct iovec v = {&one, 1};
 		size_t avail;
 
-		r = io_up_recv(s, fd, &v, 1, flags | MSG_PEEK);
+		r = io_up_recv(s, fd, &v, 1, flags | MSG_PEEK, NULL);
 		if (r <= 0 || want == 0)
 			return r < 0 ? r : 0;
 		/* Never below what was seen: a reader elsewhere may have taken some since. */
@@ -774,7 +778,7 @@ static ssize_t io_up_recv_trunc(struct ss_sock *s, int fd, size_t want, int flag
 	do {
 		len = want - got < chunk ? want - got : chunk;
 		r = io_up_recv(s, fd, &(struct iovec){scratch, len}, 1,
-			       got && !(flags & MSG_WAITALL) ? flags | MSG_DONTWAIT : flags);
+			       got && !(flags & MSG_WAITALL) ? flags | MSG_DONTWAIT : flags, NULL);
 		if (r > 0)
 			got += (size_t)r;
 	} while (r == (ssize_t)len && got < want);
@@ -785,7 +789,13 @@ static ssize_t io_up_recv_trunc(struct ss_sock *s, int fd, size_t want, int flag
 	return got ? (ssize_t)got : r;
 }
 
-static ssize_t io_up_recv(struct ss_sock *s, int fd, const struct iovec *iov, int n, int flags)
+/*
+ * A read of an upgraded socket. Returns the count, -SS_REDO when the socket
+ * moved on (*took: the bytes taken before; with took NULL those bytes are
+ * the answer), or -errno.
+ */
+static ssize_t io_up_recv(struct ss_sock *s, int fd, const struct iovec *iov, int n, int flags,
+			  size_t *took)
 {
 	bool peek = flags & MSG_PEEK, waitall = (flags & MSG_WAITALL) && !peek, polled = false;
 	bool shut;
@@ -837,8 +847,12 @@ static ssize_t io_up_recv(struct ss_sock *s, int fd, const struct iovec *iov, in
 		}
 	}
 	io_vec_free(&local);
-	/* Bytes already read are the result, whatever came after them. */
-	if (got)
+	if (took)
+		*took = got;
+	else if (r == -SS_REDO && got)
+		return (ssize_t)got;
+	/* Bytes already read are the result, whatever else came after them. */
+	if (got && r != -SS_REDO)
 		return (ssize_t)got;
 	if (r == -ECONNRESET && !ss_io_take_reset(s))
 		return 0;
@@ -958,9 +972,83 @@ static ssize_t io_plain_err_for_read(struct ss_sock *s, int fd)
 	return -atomic_exchange(&s->plain_err, 0);
 }
 
+/*
+ * What a read has taken before its socket moved on (a move's end, to RDMA
+ * or back to TCP), and the rest of its iovec (a private copy once bytes
+ * came).
+ */
+struct io_recv_rest {
+	const struct iovec *iov;
+	int n;
+	size_t done;
+	bool copied;
+	struct io_vec copy;
+};
+
+/*
+ * A read whose socket moved on after it took `took` bytes: counted. Rule:
+ * the call goes on in the new state when it has no byte yet, or with
+ * MSG_WAITALL (not a peek, a socket the call may wait on) while it wants
+ * more, as TCP's read waits for all it asks; else those bytes are its
+ * answer (false).
+ */
+static bool io_recv_goes_on(struct ss_sock *s, int fd, struct io_recv_rest *rr, size_t took,
+			    int flags)
+{
+	if (rr->done + took == 0)
+		return true;
+	if ((flags & (MSG_WAITALL | MSG_PEEK)) != MSG_WAITALL || !io_would_wait(s, fd, flags)) {
+		rr->done += took;
+		return false;
+	}
+	if (!rr->copied) {
+		if (io_vec_copy(&rr->copy, rr->iov, rr->n) != 0) {
+			rr->done += took;
+			return false;
+		}
+		rr->copied = true;
+		rr->iov = rr->copy.v;
+	}
+	io_iov_advance(rr->copy.v, rr->copy.n, took);
+	rr->done += took;
+	return ss_iov_total(rr->iov, rr->n) > 0;
+}
+
+/*
+ * The rest of a MSG_WAITALL read that a move back to TCP cut: the kernel's.
+ * Its error (after the bytes already taken) is the next call's, as the
+ * kernel's pending error would be.
+ */
+static ssize_t io_plain_rest(struct ss_sock *s, int fd, const struct io_recv_rest *rr, int flags)
+{
+	struct msghdr m = {.msg_iov = (struct iovec *)rr->iov, .msg_iovlen = (size_t)rr->n};
+	ssize_t r;
+	int none = 0;
+
+	if (atomic_load(&s->plain_err))
+		return 0;
+	r = ss_real.recvmsg(fd, &m, flags);
+	if (r < 0 && errno != EINTR && errno != EAGAIN && errno != EWOULDBLOCK)
+		atomic_compare_exchange_strong(&s->plain_err, &none, errno);
+	return r < 0 ? 0 : r;
+}
+
+/* The answer of a read that took rr->done bytes before r (more bytes, or what ended it). */
+static ssize_t io_recv_answer(int fd, const struct io_recv_rest *rr, ssize_t r)
+{
+	if (rr->done == 0)
+		return r;
+	/* A reset met after bytes is the next call's. */
+	if (r < 0 && r != -SS_REDO)
+		ss_io_error_back(fd, (int)-r);
+	return (ssize_t)rr->done + (r > 0 ? r : 0);
+}
+
 ssize_t ss_io_recv(int fd, const struct iovec *iov, int n, int flags, bool *handled)
 {
 	struct ss_sock *s = ss_io_get(fd);
+	struct io_recv_rest rr = {.iov = iov, .n = n};
+	size_t took;
 	ssize_t r = 0;
 	int st;
 
@@ -996,8 +1084,8 @@ ssize_t ss_io_recv(int fd, const struct iovec *iov, int n, int flags, bool *hand
 			/* The error queue is the kernel's alone: no stream byte, no mark. */
 			if (flags & MSG_ERRQUEUE)
 				goto not_ours;
-			r = io_late_recv(s, fd, iov, n, flags);
-			if (r == -SS_REDO)
+			r = io_late_recv(s, fd, rr.iov, rr.n, flags, &took);
+			if (r == -SS_REDO && io_recv_goes_on(s, fd, &rr, took, flags))
 				continue;
 			break;
 		case SS_SOCK_UPGRADED:
@@ -1007,11 +1095,15 @@ ssize_t ss_io_recv(int fd, const struct iovec *iov, int n, int flags, bool *hand
 				r = -EINVAL;
 				break;
 			}
-			r = io_up_recv(s, fd, iov, n, flags);
-			if (r == -SS_REDO)
+			r = io_up_recv(s, fd, rr.iov, rr.n, flags, &took);
+			if (r == -SS_REDO && io_recv_goes_on(s, fd, &rr, took, flags))
 				continue;
 			break;
 		case SS_SOCK_PLAIN:
+			if (rr.done) {
+				r = io_plain_rest(s, fd, &rr, flags);
+				break;
+			}
 			if ((r = io_plain_err_for_read(s, fd)))
 				break;
 			r = s->strip != SS_STRIP_NONE ? io_strip_for_read(s, fd, flags) : 0;
@@ -1022,12 +1114,19 @@ ssize_t ss_io_recv(int fd, const struct iovec *iov, int n, int flags, bool *hand
 			if (r == IO_STRIP_END)
 				r = 0;
 			break;
-		default: goto not_ours;
+		default:
+			/* Not a state a move ends in: bytes taken are still the answer. */
+			if (!rr.done)
+				goto not_ours;
+			r = 0;
 		}
 		break;
 	}
 	*handled = true;
+	r = io_recv_answer(fd, &rr, r);
 not_ours:
+	if (rr.copied)
+		io_vec_free(&rr.copy);
 	ss_in_call--;
 	ss_sock_put(s);
 	return r;

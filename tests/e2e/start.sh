@@ -67,9 +67,12 @@ SC=$(dirname "$0")/start_check.py
 # accepted or queued (5 s at most; a line still missing then fails the
 # comparison).
 server_settle() {
+	local queued
 	for _ in $(seq 1 100); do
+		queued=$(ss -Hltn "sport = :$1" | awk '{print $2}')
+		# (No listener: a server that exec'd.)
 		[ -z "$(ss -Htn state established state syn-recv state close-wait "sport = :$1")" ] &&
-			[ "$(ss -Hltn "sport = :$1" | awk '{print $2}')" = 0 ] && return 0
+			[ "${queued:-0}" = 0 ] && return 0
 		sleep 0.05
 	done
 }
@@ -88,7 +91,8 @@ start_case() {
 		"${pre_c[@]}" timeout 60 python3 "$SC" $c "$ADDR" $port > "$WORK/sc.$how.cli" 2>&1 ||
 			{ cat "$WORK/sc.$how.cli"; fail "$c ($how): the client failed"; }
 		server_settle $port
-		kill $spid; wait $spid 2>/dev/null || true
+		# (A server that exec'd has ended by itself.)
+		kill $spid 2>/dev/null || true; wait $spid 2>/dev/null || true
 		grep -v "<probe>" "$WORK/sc.$how.srv" | sed 's/^conn [0-9]*: //' | sort > "$WORK/sc.$how.got"
 	done
 	diff -u <(cat "$WORK/sc.tcp.cli" "$WORK/sc.tcp.got") <(cat "$WORK/sc.shim.cli" "$WORK/sc.shim.got") ||
@@ -198,3 +202,11 @@ start_case ping shutrd "" "SRQSHIM_START=rdma SRQSHIM_TEST_DELAYS=client-hello=4
 # kernel's read of it now gives the end (our own SHUT_RD's, not the peer's).
 start_case shutrd silent "SRQSHIM_TEST_DELAYS=server-accept=800" \
 	"SRQSHIM_START=rdma SRQSHIM_ACKED_TIMEOUT_MS=300"
+# A blocking read with MSG_WAITALL gets all it asks for, as TCP's, when a
+# move ends within it: the server starts the move after its first half (its
+# second call), so the client's read takes that half on TCP and the rest on
+# RDMA.
+upgraded_case waitall halves "SRQSHIM_MOVE_AFTER_MS=0 SRQSHIM_MOVE_AFTER_CALLS=2" ""
+# The reverse: an upgraded connection moves back to TCP within the read (the
+# server's exec, whose program writes the second half).
+upgraded_case waitall halves-exec "" "SRQSHIM_START=rdma"

@@ -15,7 +15,10 @@ kernel TCP and under the shim; timings only as bounds far above TCP's.
       then waits in a blocking read; 0.3 s later another thread writes
       b"MORE\n" and shuts (SHUT_RDWR), which ends the read
       first: one blocking read, then writes b"OK\n", then as silent;
-      answer-close: reads to b"PING\n", answers b"PONG\n" and closes at once
+      answer-close: reads to b"PING\n", answers b"PONG\n" and closes at once;
+      halves: reads to b"PING\n", writes 1,000 b"a", then 0.5 s later 1,000
+      b"b", and closes; halves-exec: the same, the second half written by an
+      exec'd program
   start_check.py CASE ADDR PORT           a client case:
       close: writes, closes at once (close must not wait for the server)
       poll:  non-blocking, writes, waits in poll for the reply
@@ -43,6 +46,8 @@ kernel TCP and under the shim; timings only as bounds far above TCP's.
       connect (the 3-byte greeting is in): TCP's read returns them (its
       target is the smaller of the mark and the length); a wait for the
       mark would hang (5 s alarm)
+      waitall: writes b"PING\n", then one blocking read of 2,000 bytes with
+      MSG_WAITALL (all of them, as TCP's), then reads to the end
 """
 import fcntl
 import os
@@ -91,6 +96,20 @@ def server(addr, port, mode):
             print("conn %d: %r" % (k, got), flush=True)
             c.close()
             return
+        if mode in ("halves", "halves-exec"):
+            while not got.endswith(b"PING\n") and (d := c.recv(100)):
+                got += d
+            c.sendall(b"a" * 1000)
+            time.sleep(0.5)
+            print("conn %d: %r" % (k, got), flush=True)
+            if mode == "halves":
+                c.sendall(b"b" * 1000)
+                c.close()
+                return
+            os.set_inheritable(c.fileno(), True)
+            code = ("import socket; t = socket.socket(fileno=%d); t.sendall(b'b' * 1000)"
+                    % c.fileno())
+            os.execvp(sys.executable, [sys.executable, "-c", code])
         if mode == "greet-shut":
             c.sendall(b"HI\n")
             took = []
@@ -341,6 +360,18 @@ def case(which, addr, port):
             got = b"<hung>"
         signal.alarm(0)
         print("read:", got, flush=True)
+        s.close()
+    elif which == "waitall":
+        s = socket.create_connection((addr, port))
+        s.sendall(b"PING\n")
+        signal.alarm(10)  # a blocking socket (no timeout): Python's would poll first
+        got = s.recv(2000, socket.MSG_WAITALL)
+        print("one read with MSG_WAITALL: %d bytes, as written: %s"
+              % (len(got), got == b"a" * 1000 + b"b" * 1000), flush=True)
+        rest = b""
+        while d := s.recv(4096):
+            rest += d
+        print("then %d bytes and the end" % len(rest), flush=True)
         s.close()
     elif which == "endfirst":
         s = socket.create_connection((addr, port))
