@@ -318,7 +318,9 @@ static size_t lateio_give(struct ss_lateio *x, void *buf, size_t len, int flags)
 {
 	size_t n = len < x->taken_len ? len : x->taken_len;
 
-	memcpy(buf, x->taken + x->taken_off, n);
+	/* MSG_TRUNC: counted, not copied (TCP's; the buffer may be NULL). */
+	if (!(flags & MSG_TRUNC))
+		memcpy(buf, x->taken + x->taken_off, n);
 	if (!(flags & MSG_PEEK)) {
 		x->taken_off += n;
 		x->taken_len -= n;

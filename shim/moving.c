@@ -396,7 +396,8 @@ ssize_t ss_move_recv(struct ss_sock *s, const struct iovec *iov, int n, int flag
 	pthread_mutex_lock(&s->lock);
 	r = ss_sock_state(s) == SS_SOCK_LATE ? move_read(s, buf, total, flags) : -SS_REDO;
 	pthread_mutex_unlock(&s->lock);
-	for (int i = 0, off = 0; tmp && r > 0 && i < n && off < r; i++) {
+	/* (MSG_TRUNC: nothing was copied, and nothing is to be.) */
+	for (int i = 0, off = 0; tmp && !(flags & MSG_TRUNC) && r > 0 && i < n && off < r; i++) {
 		size_t k = iov[i].iov_len < (size_t)(r - off) ? iov[i].iov_len : (size_t)(r - off);
 
 		memcpy(iov[i].iov_base, tmp + off, k);

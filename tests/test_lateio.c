@@ -199,6 +199,9 @@ static void lio_show(struct lio_side *s)
 	lio_shown_reads += s->x.shown && s->x.rules.state == SS_LATE_QUIET;
 }
 
+/* Peeks of taken bytes with MSG_TRUNC made (a count, into no buffer). */
+static unsigned lio_trunc_peeks;
+
 /* The application reads what there is. */
 static void lio_read(struct lio_side *s, const struct lio_side *peer)
 {
@@ -214,6 +217,15 @@ static void lio_read(struct lio_side *s, const struct lio_side *peer)
 		if (r != SS_LATEIO_BYTES || got != 0 || s->x.rules.state != was)
 			fail_msg("a read of 0 bytes gave %d (%zu) in %s", r, got,
 				 ss_late_state_str(s->x.rules.state));
+		/* MSG_TRUNC counts and copies nothing (TCP's: the buffer may be NULL). */
+		if (s->x.taken_len) {
+			size_t counted = 0;
+
+			r = ss_lateio_read(&s->x, NULL, 1, MSG_PEEK | MSG_TRUNC, true, &counted);
+			assert_int_equal(r, SS_LATEIO_BYTES);
+			assert_int_equal(counted, 1);
+			lio_trunc_peeks++;
+		}
 		rp = ss_lateio_read(&s->x, peek, sizeof(peek), MSG_PEEK, true, &peeked);
 		lio_show(s);
 		r = ss_lateio_read(&s->x, buf, sizeof(buf), 0, true, &got);
@@ -392,6 +404,7 @@ static void test_lateio_cases(void **state)
 		lio_run(&lio_cases[i]);
 	/* The reads without a peek were made, among the others. */
 	assert_true(lio_shown_reads > 0);
+	assert_true(lio_trunc_peeks > 0);
 }
 
 /* What a wait on fd (POLLIN | POLLPRI, without waiting) shows x, as io.c's blocked reader. */
