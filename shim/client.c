@@ -429,8 +429,12 @@ static enum ss_reason client_prepare(struct ss_sock *s, int fd, const struct soc
 	if (ss_cfg.mode == SS_MODE_TCP || ss_ring_seen() || !ss_policy_allows(&ss_peers, addr))
 		return SS_REASON_POLICY; /* never probed: a destination outside the policy sees no
 					    HELLO */
-	/* Never moving: a HELLO buys nothing, and LATER would let the server mark. */
-	if (ss_cfg.start == SS_START_TCP && !ss_move_allowed(s))
+	/*
+	 * Never moving: a HELLO buys nothing, and LATER would let the server
+	 * mark. Zerocopy completions of the application's: never upgraded.
+	 */
+	if ((ss_cfg.start == SS_START_TCP && !ss_move_allowed(s)) ||
+	    (atomic_load(&s->urg_app) & SS_URG_ZEROCOPY))
 		return SS_REASON_POLICY;
 	dest = ss_cache_begin(addr, &s->prober);
 	if (dest == SS_DEST_PLAIN)

@@ -139,7 +139,8 @@ static int after_accept(int lfd, int fd, bool nb, const struct sockaddr *addr, s
 	}
 	/* Read before the reference goes: another thread may close the listener. */
 	domain = l->domain;
-	urg_app = atomic_load(&l->urg_app) & SS_URG_INLINE; /* as the kernel copies the option */
+	/* As the kernel copies the options. */
+	urg_app = atomic_load(&l->urg_app) & (SS_URG_INLINE | SS_URG_ZEROCOPY);
 	ss_sock_put(l);
 	/* SRQSHIM_MODE=tcp, or after an io_uring ring: nothing to decide, nothing to track. */
 	if (ss_cfg.mode == SS_MODE_TCP || ss_ring_seen()) {
@@ -1073,9 +1074,10 @@ static void flags_changed(int fd, int ret, int nb)
 }
 
 /*
- * Whether a socket call makes the application take urgent data itself:
- * then the socket never moves, and a LATE one is pinned before the call
- * (ss_move_urg_app).
+ * Whether a socket call makes the application take urgent data (or
+ * zerocopy completions) itself: then the socket never moves, and a LATE
+ * one is pinned before the call (an upgraded one, for zerocopy, moves
+ * back: ss_move_urg_app).
  */
 static void urg_app_before(int fd, unsigned how)
 {
@@ -1192,17 +1194,27 @@ EXPORT int getsockopt(int fd, int level, int name, void *val, socklen_t *len)
 	return ret;
 }
 
+/*
+ * What of TCP's own an option turned on makes the application's
+ * (SS_URG_*): urgent bytes in the stream (the peer's mark must never be
+ * there), zerocopy completions on the error queue (TCP's alone).
+ */
+static unsigned option_urg_app(int level, int name, const void *val, socklen_t len)
+{
+	if (level != SOL_SOCKET || !val || len < sizeof(int) || *(const int *)val == 0)
+		return 0;
+	if (name == SO_OOBINLINE)
+		return SS_URG_INLINE;
+	return name == SO_ZEROCOPY ? SS_URG_ZEROCOPY : 0;
+}
+
 EXPORT int setsockopt(int fd, int level, int name, const void *val, socklen_t len)
 {
 	struct ss_sock *s;
 	int tfd, ret;
 
 	real_ready();
-	/* Urgent bytes in the stream: the peer's mark must never be there. */
-	urg_app_before(fd, level == SOL_SOCKET && name == SO_OOBINLINE && val &&
-					   len >= sizeof(int) && *(const int *)val != 0
-				   ? SS_URG_INLINE
-				   : 0);
+	urg_app_before(fd, option_urg_app(level, name, val, len));
 	tfd = tcp_of(fd, &s);
 	ret = ss_real.setsockopt(tfd, level, name, val, len);
 	if (ret == 0 && s) {

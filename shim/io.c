@@ -804,8 +804,11 @@ static ssize_t io_up_recv(struct ss_sock *s, int fd, const struct iovec *iov, in
 	struct io_vec local;
 	ssize_t r;
 
+	if (took)
+		*took = 0;
 	if (ss_sock_state(s) == SS_SOCK_FOREIGN)
 		return -EBADF;
+	/* (Bytes it took before a move's end are its answer: see io_recv_goes_on.) */
 	if (flags & MSG_TRUNC)
 		return io_up_recv_trunc(s, fd, ss_iov_total(iov, n), flags);
 	r = io_vec_copy(&local, iov, n);
@@ -1016,8 +1019,9 @@ static bool io_recv_goes_on(struct ss_sock *s, int fd, struct io_recv_rest *rr, 
 
 /*
  * The rest of a MSG_WAITALL read that a move back to TCP cut: the kernel's.
- * Its error (after the bytes already taken) is the next call's, as the
- * kernel's pending error would be.
+ * An error of the connection it meets (after the bytes already taken) is
+ * the next call's, as the kernel's pending error would be; others (a
+ * signal, a timeout, a bad buffer) end the call with those bytes.
  */
 static ssize_t io_plain_rest(struct ss_sock *s, int fd, const struct io_recv_rest *rr, int flags)
 {
@@ -1028,7 +1032,8 @@ static ssize_t io_plain_rest(struct ss_sock *s, int fd, const struct io_recv_res
 	if (atomic_load(&s->plain_err))
 		return 0;
 	r = ss_real.recvmsg(fd, &m, flags);
-	if (r < 0 && errno != EINTR && errno != EAGAIN && errno != EWOULDBLOCK)
+	if (r < 0 && (errno == ECONNRESET || errno == ETIMEDOUT || errno == EHOSTUNREACH ||
+		      errno == ENETUNREACH || errno == ECONNABORTED || errno == EPIPE))
 		atomic_compare_exchange_strong(&s->plain_err, &none, errno);
 	return r < 0 ? 0 : r;
 }
@@ -1048,7 +1053,7 @@ ssize_t ss_io_recv(int fd, const struct iovec *iov, int n, int flags, bool *hand
 {
 	struct ss_sock *s = ss_io_get(fd);
 	struct io_recv_rest rr = {.iov = iov, .n = n};
-	size_t took;
+	size_t took = 0;
 	ssize_t r = 0;
 	int st;
 
@@ -1093,6 +1098,11 @@ ssize_t ss_io_recv(int fd, const struct iovec *iov, int n, int flags, bool *hand
 			/* No urgent data is ever pending on an upgraded stream: TCP's answer. */
 			if (flags & MSG_OOB) {
 				r = -EINVAL;
+				break;
+			}
+			/* Nor anything in its error queue (it never waits): not a stream byte. */
+			if (flags & MSG_ERRQUEUE) {
+				r = -EAGAIN;
 				break;
 			}
 			r = io_up_recv(s, fd, rr.iov, rr.n, flags, &took);

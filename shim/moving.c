@@ -574,10 +574,14 @@ void ss_move_urg_app(struct ss_sock *s, unsigned how)
 	/* A signal handler's call inside a shim call that may hold this socket's lock: no wait. */
 	if (ss_in_call)
 		return;
+	/* A decision under way (under the lock) ends first; later ones see the mark. */
+	pthread_mutex_lock(&s->lock);
+	pthread_mutex_unlock(&s->lock);
 	/* A client still asking: its answer first (LATER makes it LATE), then the pin. */
 	if (ss_sock_state(s) == SS_SOCK_ASKING)
 		ss_asking_finish(s);
-	if (ss_sock_state(s) == SS_SOCK_LATE)
+	if (ss_sock_state(s) == SS_SOCK_LATE ||
+	    ((how & SS_URG_ZEROCOPY) && ss_sock_state(s) == SS_SOCK_UPGRADED))
 		ss_move_pin(s);
 }
 

@@ -353,8 +353,10 @@ int ss_move_pin(struct ss_sock *s);
  * owner for SIGURG): s never moves (urg_app), and a LATE one is pinned
  * first, so that the marks of the pin are read by the shim before the
  * option or the owner could show them; a client still asking takes its
- * answer first. how: SS_URG_*. No lock held (from a signal handler that
- * interrupted a shim call, only the mark is set).
+ * answer first. Zerocopy completions (SO_ZEROCOPY): the same, never
+ * upgraded either, and an upgraded one moves back to TCP. how: SS_URG_*.
+ * No lock held (from a signal handler that interrupted a shim call, only
+ * the mark is set).
  */
 void ss_move_urg_app(struct ss_sock *s, unsigned how);
 

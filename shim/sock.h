@@ -46,8 +46,13 @@ enum ss_sock_state {
 };
 
 /* What must be taken off the head of the TCP stream before the application reads it. */
-/* How the application takes urgent data itself (ss_sock's urg_app). */
-enum { SS_URG_INLINE = 1, SS_URG_OWNER = 2 };
+/*
+ * What of TCP's own the application takes itself (ss_sock's urg_app):
+ * urgent data (SO_OOBINLINE, a SIGURG owner), and the completions of
+ * MSG_ZEROCOPY sends on the error queue (SO_ZEROCOPY), which an RDMA
+ * stream never gives.
+ */
+enum { SS_URG_INLINE = 1, SS_URG_OWNER = 2, SS_URG_ZEROCOPY = 4 };
 
 enum ss_strip {
 	SS_STRIP_NONE,
@@ -121,8 +126,9 @@ struct ss_sock {
 	/*
 	 * The application takes urgent data itself (SS_URG_*: SO_OOBINLINE, a
 	 * signal owner for SIGURG): never LATE, where the peer's mark is
-	 * urgent data (moving.c). A listener's SS_URG_INLINE goes to the
-	 * connections it accepts, as the kernel's option does.
+	 * urgent data (moving.c). SS_URG_ZEROCOPY (SO_ZEROCOPY): never LATE
+	 * nor upgraded. A listener's SS_URG_INLINE and SS_URG_ZEROCOPY go to
+	 * the connections it accepts, as the kernel's options do.
 	 */
 	atomic_uint urg_app;
 	/* When part of a message was first seen at the head (ACCEPTED: where the HELLO would be;

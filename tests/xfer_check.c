@@ -103,7 +103,8 @@ static void refused_calls(int c, int file)
  * sends a 100-byte head; its SIOCOUTQ and SIOCOUTQNSD fall to 0 once the
  * peer has it, SIOCATMARK is 0. The client waits for all 100 (FIONREAD),
  * discards 40 with MSG_TRUNC into a NULL buffer, counts the other 60 with
- * MSG_PEEK | MSG_TRUNC, reads them and checks them, then answers one byte.
+ * MSG_PEEK | MSG_TRUNC, reads the error queue (empty: EAGAIN, no stream
+ * byte), reads them and checks them, then answers one byte.
  * Zero-length reads around it: a blocking recv first (it waits for the
  * head, then gives 0), once all is read a non-blocking recv (EAGAIN) and a
  * blocking read (0 at once).
@@ -165,7 +166,8 @@ static void surface_client(int c)
 {
 	char back[HEAD];
 	int avail = 0, mark = -1;
-	ssize_t r0, r1, r2, r3, r4, r5;
+	ssize_t r0, r1, r2, r3, r4, r5, rq;
+	int eq;
 	int after0 = 0;
 
 	r0 = recv(c, back, 0, 0);
@@ -181,14 +183,16 @@ static void surface_client(int c)
 		prog_die("SIOCATMARK");
 	r1 = recv(c, NULL, 40, MSG_TRUNC);
 	r2 = recv(c, NULL, 1000, MSG_TRUNC | MSG_PEEK);
+	rq = recv(c, back, sizeof(back), MSG_ERRQUEUE);
+	eq = rq < 0 ? errno : 0;
 	r3 = recv(c, back, sizeof(back), 0);
 	r4 = recv(c, back, 0, MSG_DONTWAIT);
 	r5 = read(c, back, 0); /* unlike recv, a socket's read of nothing never waits */
 	printf("head: zero-length recv %zd (then bytes there: %s), FIONREAD %d, SIOCATMARK %d, "
-	       "MSG_TRUNC 40: %zd, MSG_TRUNC|MSG_PEEK 1000: %zd, then read %zd, zero-length recv "
-	       "%zd %s, zero-length read %zd",
-	       r0, after0 > 0 ? "yes" : "no", avail, mark, r1, r2, r3, r4,
-	       r4 < 0 ? strerror(errno) : "", r5);
+	       "MSG_TRUNC 40: %zd, MSG_TRUNC|MSG_PEEK 1000: %zd, MSG_ERRQUEUE %zd %s, "
+	       "then read %zd, zero-length recv %zd %s, zero-length read %zd",
+	       r0, after0 > 0 ? "yes" : "no", avail, mark, r1, r2, rq, eq ? strerror(eq) : "", r3,
+	       r4, r4 < 0 ? strerror(errno) : "", r5);
 	for (ssize_t i = 0; i < r3; i++)
 		if (back[i] != (char)('a' + (40 + i) % 26)) {
 			printf(", byte %zd differs", i);

@@ -202,6 +202,20 @@ start_case ping shutrd "" "SRQSHIM_START=rdma SRQSHIM_TEST_DELAYS=client-hello=4
 # kernel's read of it now gives the end (our own SHUT_RD's, not the peer's).
 start_case shutrd silent "SRQSHIM_TEST_DELAYS=server-accept=800" \
 	"SRQSHIM_START=rdma SRQSHIM_ACKED_TIMEOUT_MS=300"
+# SO_ZEROCOPY: the completions of MSG_ZEROCOPY sends come on the error
+# queue, which an RDMA stream never gives, so such a connection is on TCP.
+# An upgraded client that sets it moves back first (RDMA packets before).
+start_case errqueue reply "" "SRQSHIM_START=rdma"
+# Set before the connect (never upgraded), or on the listener (what it
+# accepts declines the upgrade): no RDMA packet.
+tcp_case() {
+	local pkts0
+	pkts0=$(rdma_pkts)
+	start_case "$@"
+	[ $(($(rdma_pkts) - pkts0)) -eq 0 ] || fail "$1 ($2): RDMA packets sent: upgraded"
+}
+tcp_case errqueue-first reply "" "SRQSHIM_START=rdma"
+tcp_case ping zc "" "SRQSHIM_START=rdma"
 # A blocking read with MSG_WAITALL gets all it asks for, as TCP's, when a
 # move ends within it: the server starts the move after its first half (its
 # second call), so the client's read takes that half on TCP and the rest on

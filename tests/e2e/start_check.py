@@ -18,7 +18,9 @@ kernel TCP and under the shim; timings only as bounds far above TCP's.
       answer-close: reads to b"PING\n", answers b"PONG\n" and closes at once;
       halves: reads to b"PING\n", writes 1,000 b"a", then 0.5 s later 1,000
       b"b", and closes; halves-exec: the same, the second half written by an
-      exec'd program
+      exec'd program; zc: SO_ZEROCOPY on the listener; reads to b"PING\n",
+      answers b"PONG\n" with MSG_ZEROCOPY, then reads its error queue (the
+      completion) and prints what it found
   start_check.py CASE ADDR PORT           a client case:
       close: writes, closes at once (close must not wait for the server)
       poll:  non-blocking, writes, waits in poll for the reply
@@ -40,8 +42,9 @@ kernel TCP and under the shim; timings only as bounds far above TCP's.
       nul: reads the greeting, writes b"\\0" (the first byte of a handshake
       message), then b"x\n" 1.5 s later
       nulwait: writes b"\\0" and waits for the reply (5 s at most)
-      errqueue: 0.2 s after connect, sends b"PING\n" with MSG_ZEROCOPY, then
-      reads the error queue (its completion), then the reply
+      errqueue: 0.2 s after connect, sets SO_ZEROCOPY, sends b"PING\n" with
+      MSG_ZEROCOPY, then reads the error queue (its completion), then the
+      reply; errqueue-first: the same, SO_ZEROCOPY set before the connect
       lowat: SO_RCVLOWAT 10, then a blocking read of 3 bytes 0.2 s after
       connect (the 3-byte greeting is in): TCP's read returns them (its
       target is the smaller of the mark and the length); a wait for the
@@ -66,6 +69,8 @@ def server(addr, port, mode):
     ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     if mode == "reset":
         ls.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 65536)
+    if mode == "zc":
+        ls.setsockopt(socket.SOL_SOCKET, SO_ZEROCOPY, 1)
     ls.bind((addr, port))
     ls.listen(16)
     print("listening", flush=True)
@@ -110,6 +115,14 @@ def server(addr, port, mode):
             code = ("import socket; t = socket.socket(fileno=%d); t.sendall(b'b' * 1000)"
                     % c.fileno())
             os.execvp(sys.executable, [sys.executable, "-c", code])
+        if mode == "zc":
+            while not got.endswith(b"PING\n") and (d := c.recv(100)):
+                got += d
+            c.send(b"PONG\n", MSG_ZEROCOPY)
+            time.sleep(0.2)
+            print("conn %d: %r, error queue: %s" % (k, got, error_queue(c)), flush=True)
+            c.close()
+            return
         if mode == "greet-shut":
             c.sendall(b"HI\n")
             took = []
@@ -153,6 +166,18 @@ def server(addr, port, mode):
         c, _ = ls.accept()
         n += 1
         threading.Thread(target=handle, args=(c, n), daemon=True).start()
+
+
+SO_ZEROCOPY, MSG_ZEROCOPY = 60, 0x4000000
+
+
+def error_queue(s):
+    """What s's error queue holds (a MSG_ZEROCOPY completion), or the error."""
+    try:
+        data, anc, _, _ = s.recvmsg(100, 1024, socket.MSG_ERRQUEUE)
+        return "%d bytes, %d messages" % (len(data), len(anc))
+    except OSError as e:
+        return e.__class__.__name__
 
 
 def said(label, what):
@@ -325,17 +350,16 @@ def case(which, addr, port):
         time.sleep(1.5)
         s.sendall(b"x\n")
         s.close()
-    elif which == "errqueue":
-        s = socket.create_connection((addr, port))
+    elif which in ("errqueue", "errqueue-first"):
+        s = socket.socket()
+        if which == "errqueue-first":
+            s.setsockopt(socket.SOL_SOCKET, SO_ZEROCOPY, 1)
+        s.connect((addr, port))
         time.sleep(0.2)
-        s.setsockopt(socket.SOL_SOCKET, 60, 1)  # SO_ZEROCOPY
-        s.send(b"PING\n", 0x4000000)  # MSG_ZEROCOPY
+        s.setsockopt(socket.SOL_SOCKET, SO_ZEROCOPY, 1)
+        s.send(b"PING\n", MSG_ZEROCOPY)
         time.sleep(0.2)
-
-        def error_queue():
-            data, anc, _, _ = s.recvmsg(100, 1024, socket.MSG_ERRQUEUE)
-            return "%d bytes, %d messages" % (len(data), len(anc))
-        said("error queue:", error_queue)
+        print("error queue:", error_queue(s), flush=True)
         s.settimeout(5)
         print("reply:", s.recv(100), flush=True)
         s.close()

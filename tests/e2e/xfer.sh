@@ -5,8 +5,9 @@
 # and bytes through a pipe with splice, and tries what TCP refuses; its
 # client reads with recvmmsg and splice. Before that, a 100-byte head: the
 # queue ioctls (FIONREAD, SIOCOUTQ, SIOCOUTQNSD, SIOCATMARK) and MSG_TRUNC
-# with and without MSG_PEEK into a NULL buffer, zero-length reads (blocking and
-# not), and what each end's fd says it is (SO_TYPE, SO_DOMAIN, SO_PROTOCOL,
+# with and without MSG_PEEK into a NULL buffer, an empty MSG_ERRQUEUE read,
+# zero-length reads (blocking and not), and what each end's fd says it is
+# (SO_TYPE, SO_DOMAIN, SO_PROTOCOL,
 # SO_ACCEPTCONN, the address families, fstat's mode, fcntl's flags). Over
 # kernel TCP first, then under the shim in each mode (both ends): every call
 # must return what it returned over TCP, the client must receive exactly the
@@ -44,5 +45,5 @@ for mode in srq rq; do
 		fail "$mode: the calls returned other than over TCP (- TCP, + shim)"
 	diff -u "$WORK/tcp.client" "$WORK/$mode.client" || fail "$mode: the client's stream differs"
 	[ $pkts -gt 2000 ] || fail "$mode: only $pkts RDMA packets: not carried over RDMA"
-	pass "$mode: sendfile, splice, sendmmsg, recvmmsg, the queue ioctls, MSG_TRUNC and the fd's identity as over TCP, $(awk '/^client received/ {print $3}' "$WORK/$mode.client") bytes intact, $pkts RDMA packets"
+	pass "$mode: sendfile, splice, sendmmsg, recvmmsg, the queue ioctls, MSG_TRUNC, MSG_ERRQUEUE and the fd's identity as over TCP, $(awk '/^client received/ {print $3}' "$WORK/$mode.client") bytes intact, $pkts RDMA packets"
 done
