@@ -160,10 +160,20 @@ void ss_client_reconnect(struct ss_sock *s, enum ss_reason why)
 	ss_bg_watch(s, EPOLLOUT);
 }
 
-/* TCP is connected: the HELLO goes out before any application byte. */
-static void client_probe(struct ss_sock *s)
+/*
+ * TCP is connected: the HELLO goes out before any application byte. Not
+ * where the application asked for zerocopy completions meanwhile (TCP's
+ * alone): plain, what it held sent first. Returns whether it probes.
+ */
+static bool client_probe(struct ss_sock *s)
 {
 	struct ss_msg hello = {.type = SS_MSG_HELLO, .params = s->mine};
+
+	if (atomic_load(&s->urg_app) & SS_URG_ZEROCOPY) {
+		client_drop_conn(s);
+		ss_fallback(s, SS_REASON_POLICY);
+		return false;
+	}
 
 	s->nonce = ss_new_nonce();
 	hello.nonce = s->nonce;
@@ -181,6 +191,7 @@ static void client_probe(struct ss_sock *s)
 	ss_bg_kick(s, s->deadline);
 	ss_bg_watch(s, EPOLLIN);
 	ss_mirror_show(s, s->hold_len < s->hold_max ? SS_RDY_OUT : 0);
+	return true;
 }
 
 /* ACCEPT: connect our QP, say READY, and move the held bytes over. Returns the reason it cannot. */
@@ -245,7 +256,9 @@ static void client_answers(struct ss_sock *s)
 		}
 		if (rr == SS_HSR_MSG && m.nonce == s->nonce && m.type == SS_MSG_ACCEPT) {
 			ss_client_record(s, SS_DEST_SHIMMED);
-			r = client_commit(s, &m);
+			/* Zerocopy completions asked for since the HELLO: TCP's alone. */
+			r = atomic_load(&s->urg_app) & SS_URG_ZEROCOPY ? SS_REASON_POLICY
+								       : client_commit(s, &m);
 			if (r != SS_REASON_NONE)
 				client_decline(s, r);
 			return;
@@ -305,7 +318,8 @@ bool ss_client_step(struct ss_sock *s)
 			client_connect_failed(s);
 			return false;
 		}
-		client_probe(s);
+		if (!client_probe(s))
+			return false;
 		/* The answer may be there already. */
 		__attribute__((fallthrough));
 	case SS_SOCK_PROBING:

@@ -123,6 +123,32 @@ static uint64_t close_end(uint64_t *end)
 	return *end;
 }
 
+void ss_client_settle(struct ss_sock *s, uint64_t *end)
+{
+	while (ss_client_step(s) && ss_now_ms() < close_end(end)) {
+		struct pollfd p = {.fd = s->tcp_fd,
+				   .events =
+					   ss_sock_state(s) == SS_SOCK_PROBING ? POLLIN : POLLOUT};
+		uint64_t until = s->deadline && s->deadline < *end ? s->deadline : *end;
+		uint64_t now = ss_now_ms();
+
+		pthread_mutex_unlock(&s->lock);
+		ss_real.poll(&p, 1, until > now ? (int)(until - now) : 0);
+		pthread_mutex_lock(&s->lock);
+	}
+	while (ss_sock_state(s) == SS_SOCK_FALLBACK && ss_fallback_flush(s) == -EAGAIN &&
+	       ss_now_ms() < close_end(end)) {
+		/* A move back to TCP waits for its TCP side, or looks at the CQs every 2 ms. */
+		struct pollfd p = {.fd = s->tcp_fd,
+				   .events = (short)(s->down ? ss_down_events(s) : POLLOUT)};
+		int left = (int)(*end - ss_now_ms());
+
+		pthread_mutex_unlock(&s->lock);
+		ss_real.poll(&p, 1, p.events == POLLOUT || left < 2 ? left : 2);
+		pthread_mutex_lock(&s->lock);
+	}
+}
+
 void ss_sock_finish(struct ss_sock *s, bool may_block)
 {
 	uint64_t end = 0;
@@ -148,28 +174,7 @@ void ss_sock_finish(struct ss_sock *s, bool may_block)
 		return;
 	}
 	/* A negotiation in progress ends first: its held bytes go wherever it decides. */
-	while (ss_client_step(s) && ss_now_ms() < close_end(&end)) {
-		struct pollfd p = {.fd = s->tcp_fd,
-				   .events =
-					   ss_sock_state(s) == SS_SOCK_PROBING ? POLLIN : POLLOUT};
-		uint64_t until = s->deadline && s->deadline < end ? s->deadline : end;
-		uint64_t now = ss_now_ms();
-
-		pthread_mutex_unlock(&s->lock);
-		ss_real.poll(&p, 1, until > now ? (int)(until - now) : 0);
-		pthread_mutex_lock(&s->lock);
-	}
-	while (ss_sock_state(s) == SS_SOCK_FALLBACK && ss_fallback_flush(s) == -EAGAIN &&
-	       ss_now_ms() < close_end(&end)) {
-		/* A move back to TCP waits for its TCP side, or looks at the CQs every 2 ms. */
-		struct pollfd p = {.fd = s->tcp_fd,
-				   .events = (short)(s->down ? ss_down_events(s) : POLLOUT)};
-		int left = (int)(end - ss_now_ms());
-
-		pthread_mutex_unlock(&s->lock);
-		ss_real.poll(&p, 1, p.events == POLLOUT || left < 2 ? left : 2);
-		pthread_mutex_lock(&s->lock);
-	}
+	ss_client_settle(s, &end);
 	/*
 	 * An abortive close: no end of stream; the TCP socket's close resets
 	 * the peer's, which fails the peer's connection with ECONNRESET.

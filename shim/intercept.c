@@ -1216,6 +1216,13 @@ EXPORT int setsockopt(int fd, int level, int name, const void *val, socklen_t le
 	real_ready();
 	urg_app_before(fd, option_urg_app(level, name, val, len));
 	tfd = tcp_of(fd, &s);
+	/* Zerocopy completions that an upgraded connection cannot give (it could not move back). */
+	if (s && ss_sock_state(s) == SS_SOCK_UPGRADED &&
+	    option_urg_app(level, name, val, len) == SS_URG_ZEROCOPY) {
+		ss_sock_put(s);
+		errno = EOPNOTSUPP;
+		return -1;
+	}
 	ret = ss_real.setsockopt(tfd, level, name, val, len);
 	if (ret == 0 && s) {
 		pthread_mutex_lock(&s->lock);

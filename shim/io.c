@@ -1101,7 +1101,7 @@ ssize_t ss_io_recv(int fd, const struct iovec *iov, int n, int flags, bool *hand
 				break;
 			}
 			/* Nor anything in its error queue (it never waits): not a stream byte. */
-			if (flags & MSG_ERRQUEUE) {
+			if ((flags & MSG_ERRQUEUE) && st == SS_SOCK_UPGRADED) {
 				r = -EAGAIN;
 				break;
 			}

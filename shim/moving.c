@@ -568,21 +568,38 @@ bool ss_move_close(struct ss_sock *s)
 	return false;
 }
 
+/*
+ * Zerocopy completions asked for (the mark set): a client's negotiation
+ * ends first (under the lock, which also lets a server's decision under
+ * way end: later ones see the mark and decline), then a connection that
+ * a decision made LATE or upgraded is pinned or moves back to TCP.
+ */
+static void move_zerocopy(struct ss_sock *s)
+{
+	uint64_t end = 0;
+	int st;
+
+	pthread_mutex_lock(&s->lock);
+	ss_client_settle(s, &end);
+	st = ss_sock_state(s);
+	pthread_mutex_unlock(&s->lock);
+	if (st == SS_SOCK_LATE || st == SS_SOCK_UPGRADED)
+		ss_move_pin(s);
+}
+
 void ss_move_urg_app(struct ss_sock *s, unsigned how)
 {
 	atomic_fetch_or(&s->urg_app, how);
 	/* A signal handler's call inside a shim call that may hold this socket's lock: no wait. */
 	if (ss_in_call)
 		return;
-	/* A decision under way (under the lock) ends first; later ones see the mark. */
-	pthread_mutex_lock(&s->lock);
-	pthread_mutex_unlock(&s->lock);
 	/* A client still asking: its answer first (LATER makes it LATE), then the pin. */
 	if (ss_sock_state(s) == SS_SOCK_ASKING)
 		ss_asking_finish(s);
-	if (ss_sock_state(s) == SS_SOCK_LATE ||
-	    ((how & SS_URG_ZEROCOPY) && ss_sock_state(s) == SS_SOCK_UPGRADED))
+	if (ss_sock_state(s) == SS_SOCK_LATE)
 		ss_move_pin(s);
+	if (how & SS_URG_ZEROCOPY)
+		move_zerocopy(s);
 }
 
 static void move_pin_one(struct ss_sock *s)

@@ -247,6 +247,14 @@ int ss_client_connect(struct ss_sock *s, int fd, const struct sockaddr *addr, so
 bool ss_client_step(struct ss_sock *s);
 
 /*
+ * Ends a client's negotiation, then its fallback's flush (or a move back
+ * to TCP), by *end (0: SRQSHIM_LINGER_MS from the first need, written
+ * back): steps, waiting on its TCP socket unlocked between them. Lock held
+ * (close.c: a close, and an option that needs the kernel's socket).
+ */
+void ss_client_settle(struct ss_sock *s, uint64_t *end);
+
+/*
  * The probe connection (tcp_fd, our socketpair on the application's fd) is
  * not ours to keep: abort it and connect a plain one (RECONNECTING).
  */

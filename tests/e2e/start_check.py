@@ -44,7 +44,8 @@ kernel TCP and under the shim; timings only as bounds far above TCP's.
       nulwait: writes b"\\0" and waits for the reply (5 s at most)
       errqueue: 0.2 s after connect, sets SO_ZEROCOPY, sends b"PING\n" with
       MSG_ZEROCOPY, then reads the error queue (its completion), then the
-      reply; errqueue-first: the same, SO_ZEROCOPY set before the connect
+      reply; errqueue-first: the same, SO_ZEROCOPY set before the connect;
+      errqueue-now: SO_ZEROCOPY set right after the connect
       lowat: SO_RCVLOWAT 10, then a blocking read of 3 bytes 0.2 s after
       connect (the 3-byte greeting is in): TCP's read returns them (its
       target is the smaller of the mark and the length); a wait for the
@@ -350,12 +351,13 @@ def case(which, addr, port):
         time.sleep(1.5)
         s.sendall(b"x\n")
         s.close()
-    elif which in ("errqueue", "errqueue-first"):
+    elif which in ("errqueue", "errqueue-first", "errqueue-now"):
         s = socket.socket()
         if which == "errqueue-first":
             s.setsockopt(socket.SOL_SOCKET, SO_ZEROCOPY, 1)
         s.connect((addr, port))
-        time.sleep(0.2)
+        if which != "errqueue-now":
+            time.sleep(0.2)
         s.setsockopt(socket.SOL_SOCKET, SO_ZEROCOPY, 1)
         s.send(b"PING\n", MSG_ZEROCOPY)
         time.sleep(0.2)
