@@ -218,6 +218,8 @@ tcp_case errqueue-first reply "" "SRQSHIM_START=rdma"
 # Set right after a connect whose HELLO's answer is still on its way (the
 # ACCEPT 300 ms late): the option waits for it and declines it.
 tcp_case errqueue-now reply "SRQSHIM_TEST_DELAYS=server-accept=300" "SRQSHIM_START=rdma"
+# Set while a non-blocking connect is under way: it sends no HELLO.
+tcp_case errqueue-nb reply "" "SRQSHIM_START=rdma"
 tcp_case ping zc "" "SRQSHIM_START=rdma"
 # A blocking read with MSG_WAITALL gets all it asks for, as TCP's, when a
 # move ends within it: the server starts the move after its first half (its

@@ -45,7 +45,9 @@ kernel TCP and under the shim; timings only as bounds far above TCP's.
       errqueue: 0.2 s after connect, sets SO_ZEROCOPY, sends b"PING\n" with
       MSG_ZEROCOPY, then reads the error queue (its completion), then the
       reply; errqueue-first: the same, SO_ZEROCOPY set before the connect;
-      errqueue-now: SO_ZEROCOPY set right after the connect
+      errqueue-now: SO_ZEROCOPY set right after the connect; errqueue-nb:
+      a non-blocking connect, SO_ZEROCOPY set at once (EINPROGRESS), then
+      a wait for POLLOUT
       lowat: SO_RCVLOWAT 10, then a blocking read of 3 bytes 0.2 s after
       connect (the 3-byte greeting is in): TCP's read returns them (its
       target is the smaller of the mark and the length); a wait for the
@@ -351,12 +353,19 @@ def case(which, addr, port):
         time.sleep(1.5)
         s.sendall(b"x\n")
         s.close()
-    elif which in ("errqueue", "errqueue-first", "errqueue-now"):
+    elif which in ("errqueue", "errqueue-first", "errqueue-now", "errqueue-nb"):
         s = socket.socket()
         if which == "errqueue-first":
             s.setsockopt(socket.SOL_SOCKET, SO_ZEROCOPY, 1)
-        s.connect((addr, port))
-        if which != "errqueue-now":
+        if which == "errqueue-nb":
+            s.setblocking(False)
+            s.connect_ex((addr, port))  # EINPROGRESS (or 0), as the kernel has it
+            s.setsockopt(socket.SOL_SOCKET, SO_ZEROCOPY, 1)
+            select.select([], [s], [], 5)
+            s.setblocking(True)
+        else:
+            s.connect((addr, port))
+        if which in ("errqueue", "errqueue-first"):
             time.sleep(0.2)
         s.setsockopt(socket.SOL_SOCKET, SO_ZEROCOPY, 1)
         s.send(b"PING\n", MSG_ZEROCOPY)
