@@ -1210,15 +1210,15 @@ static unsigned option_urg_app(int level, int name, const void *val, socklen_t l
 
 EXPORT int setsockopt(int fd, int level, int name, const void *val, socklen_t len)
 {
+	unsigned urg = option_urg_app(level, name, val, len);
 	struct ss_sock *s;
 	int tfd, ret;
 
 	real_ready();
-	urg_app_before(fd, option_urg_app(level, name, val, len));
+	urg_app_before(fd, urg);
 	tfd = tcp_of(fd, &s);
 	/* Zerocopy completions that an upgraded connection cannot give (it could not move back). */
-	if (s && ss_sock_state(s) == SS_SOCK_UPGRADED &&
-	    option_urg_app(level, name, val, len) == SS_URG_ZEROCOPY) {
+	if (s && ss_sock_state(s) == SS_SOCK_UPGRADED && urg == SS_URG_ZEROCOPY) {
 		ss_sock_put(s);
 		errno = EOPNOTSUPP;
 		return -1;

@@ -852,10 +852,9 @@ static ssize_t io_up_recv(struct ss_sock *s, int fd, const struct iovec *iov, in
 	io_vec_free(&local);
 	if (took)
 		*took = got;
-	else if (r == -SS_REDO && got)
-		return (ssize_t)got;
-	/* Bytes already read are the result, whatever else came after them. */
-	if (got && r != -SS_REDO)
+	/* Bytes already read are the result, whatever came after them but a move's end
+	 * (counted in *took). */
+	if (got && (r != -SS_REDO || !took))
 		return (ssize_t)got;
 	if (r == -ECONNRESET && !ss_io_take_reset(s))
 		return 0;
