@@ -162,14 +162,15 @@ void ss_client_reconnect(struct ss_sock *s, enum ss_reason why)
 
 /*
  * TCP is connected: the HELLO goes out before any application byte. Not
- * where the application asked for zerocopy completions meanwhile (TCP's
- * alone): plain, what it held sent first. Returns whether it probes.
+ * where the application bound the socket to TCP meanwhile (ss_tcp_bound:
+ * zerocopy completions asked for, an io_uring ring): plain, what it held
+ * sent first. Returns whether it probes.
  */
 static bool client_probe(struct ss_sock *s)
 {
 	struct ss_msg hello = {.type = SS_MSG_HELLO, .params = s->mine};
 
-	if (atomic_load(&s->urg_app) & SS_URG_ZEROCOPY) {
+	if (ss_tcp_bound(s)) {
 		client_drop_conn(s);
 		ss_fallback(s, SS_REASON_POLICY);
 		return false;
@@ -256,9 +257,8 @@ static void client_answers(struct ss_sock *s)
 		}
 		if (rr == SS_HSR_MSG && m.nonce == s->nonce && m.type == SS_MSG_ACCEPT) {
 			ss_client_record(s, SS_DEST_SHIMMED);
-			/* Zerocopy completions asked for since the HELLO: TCP's alone. */
-			r = atomic_load(&s->urg_app) & SS_URG_ZEROCOPY ? SS_REASON_POLICY
-								       : client_commit(s, &m);
+			/* Bound to TCP since the HELLO (zerocopy completions, a ring): declined. */
+			r = ss_tcp_bound(s) ? SS_REASON_POLICY : client_commit(s, &m);
 			if (r != SS_REASON_NONE)
 				client_decline(s, r);
 			return;
@@ -440,15 +440,11 @@ static enum ss_reason client_prepare(struct ss_sock *s, int fd, const struct soc
 	enum ss_dest_state dest;
 	enum ss_reason r;
 
-	if (ss_cfg.mode == SS_MODE_TCP || ss_ring_seen() || !ss_policy_allows(&ss_peers, addr))
+	if (ss_cfg.mode == SS_MODE_TCP || ss_tcp_bound(s) || !ss_policy_allows(&ss_peers, addr))
 		return SS_REASON_POLICY; /* never probed: a destination outside the policy sees no
 					    HELLO */
-	/*
-	 * Never moving: a HELLO buys nothing, and LATER would let the server
-	 * mark. Zerocopy completions of the application's: never upgraded.
-	 */
-	if ((ss_cfg.start == SS_START_TCP && !ss_move_allowed(s)) ||
-	    (atomic_load(&s->urg_app) & SS_URG_ZEROCOPY))
+	/* Never moving: a HELLO buys nothing, and LATER would let the server mark. */
+	if (ss_cfg.start == SS_START_TCP && !ss_move_allowed(s))
 		return SS_REASON_POLICY;
 	dest = ss_cache_begin(addr, &s->prober);
 	if (dest == SS_DEST_PLAIN)

@@ -47,7 +47,7 @@ static enum ss_reason move_fit_hold(struct ss_sock *s)
 static enum ss_reason move_prepare(void *ctx, struct ss_params *mine)
 {
 	struct ss_sock *s = ctx;
-	enum ss_reason r = ss_ring_seen() ? SS_REASON_POLICY : ss_make_conn(s, s->tcp_fd, NULL);
+	enum ss_reason r = ss_tcp_bound(s) ? SS_REASON_POLICY : ss_make_conn(s, s->tcp_fd, NULL);
 
 	if (r == SS_REASON_NONE)
 		r = move_fit_hold(s);
@@ -58,7 +58,7 @@ static enum ss_reason move_prepare(void *ctx, struct ss_params *mine)
 static enum ss_reason move_decide(void *ctx, const struct ss_msg *hello, struct ss_params *mine)
 {
 	struct ss_sock *s = ctx;
-	enum ss_reason r = ss_ring_seen() ? SS_REASON_POLICY : ss_make_conn(s, s->tcp_fd, NULL);
+	enum ss_reason r = ss_tcp_bound(s) ? SS_REASON_POLICY : ss_make_conn(s, s->tcp_fd, NULL);
 
 	if (r == SS_REASON_NONE)
 		r = ss_agree(s, s->tcp_fd, hello);

@@ -161,9 +161,7 @@ static void server_answer(struct ss_sock *s, int fd, const struct ss_msg *hello)
 	 * Accepted before an io_uring ring, whose I/O the shim cannot carry, or
 	 * where the application takes zerocopy completions: declined.
 	 */
-	r = ss_ring_seen() || (atomic_load(&s->urg_app) & SS_URG_ZEROCOPY)
-		    ? SS_REASON_POLICY
-		    : ss_make_conn(s, fd, NULL);
+	r = ss_tcp_bound(s) ? SS_REASON_POLICY : ss_make_conn(s, fd, NULL);
 	if (r == SS_REASON_NONE)
 		r = ss_agree(s, fd, hello);
 	if (r == SS_REASON_NONE && ss_bg_start(s) != 0)

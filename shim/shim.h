@@ -492,6 +492,16 @@ void ss_down_before_exec(const posix_spawn_file_actions_t *fa);
  */
 void ss_down_before_ring(void);
 bool ss_ring_seen(void);
+/*
+ * Whether what the application does keeps s on TCP: an io_uring ring in
+ * the process, or the completions of zerocopy sends that it takes from s's
+ * error queue (SO_ZEROCOPY), which an RDMA stream never gives. Every
+ * decision to send a HELLO, to upgrade or to move asks it.
+ */
+static inline bool ss_tcp_bound(struct ss_sock *s)
+{
+	return ss_ring_seen() || (atomic_load(&s->urg_app) & SS_URG_ZEROCOPY);
+}
 
 /* Whether a name of s survives the exec (or posix_spawn) being prepared. */
 bool ss_image_inherits(struct ss_sock *s);
