@@ -214,6 +214,8 @@ static void move_ripen(struct ss_sock *s)
 	    (s->late_bytes < (uint64_t)ss_cfg.move_after_bytes &&
 	     s->late_calls < (uint64_t)ss_cfg.move_after_calls))
 		return;
+	/* Busy enough: the process's first move opens no device itself if its age leaves time. */
+	ss_tp_warm(s->tcp_fd);
 	use = (struct ss_late_use){.age_ms = ss_now_coarse_ms() - s->late_born_ms,
 				   .bytes = s->late_bytes,
 				   .calls = s->late_calls};

@@ -32,6 +32,13 @@ enum ss_reason ss_tp_load(void);
 /* In a forked child: the loader's lock is made anew. */
 void ss_loader_after_fork(void);
 
+/*
+ * Opens the device of fd's local address and makes its pools in a thread
+ * of its own, once per process (the first connection that will soon move
+ * asks: moving.c), so that the move finds them made. Needs the worker.
+ */
+void ss_tp_warm(int fd);
+
 /* The transport's settings from the options table. */
 void ss_transport_cfg_fill(struct ss_transport_cfg *t);
 

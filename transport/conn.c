@@ -603,18 +603,10 @@ int ss_conn_create(struct ss_worker *w, const struct ss_transport_cfg *cfg,
 	c->hooks = *hooks;
 	c->hooks_arg = hooks_arg;
 	c->timer.fire = conn_on_timer;
-	ret = ss_worker_devctx(w, &cfg->dev, local, &c->dc, reason_p);
+	ret = ss_worker_devctx_ready(w, cfg, local, &c->dc, reason_p);
 	if (ret)
 		goto err_free;
-	if (atomic_load_explicit(&c->dc->port_down, memory_order_acquire)) {
-		*reason_p = SS_REASON_DEVICE_DOWN;
-		ret = -ENETDOWN;
-		goto err_free;
-	}
 	*reason_p = SS_REASON_RESOURCE;
-	ret = ss_worker_devctx_pools(w, c->dc, cfg);
-	if (ret)
-		goto err_free;
 	c->be = cfg->recv_mode == SS_RECV_SRQ ? &ss_srq_backend : &ss_rq_backend;
 	c->cqs = &c->dc->cqs;
 	c->txp = &c->dc->txp;

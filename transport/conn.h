@@ -208,6 +208,14 @@ void ss_worker_publish(struct ss_worker *w, struct ss_worker_stats *pub);
 int ss_worker_get(struct ss_worker **worker_p);
 
 /*
+ * Opens the device for local (GID form) and makes its pools, as the first
+ * connection on it would (ss_conn_create), ahead of that connection: the
+ * caller's thread takes that time. Returns 0 or -errno.
+ */
+int ss_worker_warm(struct ss_worker *w, const struct ss_transport_cfg *cfg,
+		   const struct sockaddr *local);
+
+/*
  * Forgets the worker after fork in the child: the parent's verbs objects are
  * never touched or destroyed by the child; a new worker is made on need.
  */
@@ -397,6 +405,8 @@ struct ss_transport_ops {
 	unsigned version; /* SS_TRANSPORT_OPS_VERSION */
 	void (*set_log_level)(int level);
 	int (*worker_get)(struct ss_worker **worker_p);
+	int (*worker_warm)(struct ss_worker *w, const struct ss_transport_cfg *cfg,
+			   const struct sockaddr *local);
 	void (*worker_forget_after_fork)(void);
 	int (*conn_create)(struct ss_worker *w, const struct ss_transport_cfg *cfg,
 			   const struct sockaddr *local, const struct ss_conn_hooks *hooks,
@@ -446,7 +456,7 @@ struct ss_transport_ops {
 
 extern const struct ss_transport_ops ss_transport_ops;
 
-#define SS_TRANSPORT_OPS_VERSION 17
+#define SS_TRANSPORT_OPS_VERSION 18
 #define SS_TRANSPORT_OPS_SYMBOL  "ss_transport_ops"
 
 #endif

@@ -14,6 +14,7 @@ __attribute__((visibility("default"))) const struct ss_transport_ops ss_transpor
 	.version = SS_TRANSPORT_OPS_VERSION,
 	.set_log_level = ss_transport_set_log_level,
 	.worker_get = ss_worker_get,
+	.worker_warm = ss_worker_warm,
 	.worker_forget_after_fork = ss_worker_forget_after_fork,
 	.conn_create = ss_conn_create,
 	.conn_peer_gone = ss_conn_peer_gone,

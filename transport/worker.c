@@ -192,8 +192,12 @@ out:
 /* Send blocks per registration of the send pool. */
 #define SS_TX_CHUNK 64
 
-int ss_worker_devctx_pools(struct ss_worker *w, struct ss_devctx *dc,
-			   const struct ss_transport_cfg *cfg)
+/*
+ * Makes the device's send pool and, for SRQ mode, its SRQ side, on the
+ * first connection that needs them. Returns 0 or -errno.
+ */
+static int worker_devctx_pools(struct ss_worker *w, struct ss_devctx *dc,
+			       const struct ss_transport_cfg *cfg)
 {
 	int ret = 0;
 
@@ -232,10 +236,36 @@ out:
 	return ret;
 }
 
-void ss_worker_get_stats(struct ss_worker *w, struct ss_worker_stats *st)
+int ss_worker_devctx_ready(struct ss_worker *w, const struct ss_transport_cfg *cfg,
+			   const struct sockaddr *local, struct ss_devctx **dc_p,
+			   enum ss_reason *reason_p)
+{
+	int ret = ss_worker_devctx(w, &cfg->dev, local, dc_p, reason_p);
+
+	if (ret)
+		return ret;
+	if (atomic_load_explicit(&(*dc_p)->port_down, memory_order_acquire)) {
+		*reason_p = SS_REASON_DEVICE_DOWN;
+		return -ENETDOWN;
+	}
+	ret = worker_devctx_pools(w, *dc_p, cfg);
+	*reason_p = ret ? SS_REASON_RESOURCE : SS_REASON_NONE;
+	return ret;
+}
+
+int ss_worker_warm(struct ss_worker *w, const struct ss_transport_cfg *cfg,
+		   const struct sockaddr *local)
+{
+	struct ss_devctx *dc;
+	enum ss_reason r;
+
+	return ss_worker_devctx_ready(w, cfg, local, &dc, &r);
+}
+
+/* Statistics snapshot of w; its lock held. */
+static void worker_stats_locked(struct ss_worker *w, struct ss_worker_stats *st)
 {
 	memset(st, 0, sizeof(*st));
-	pthread_mutex_lock(&w->lock);
 	for (struct ss_devctx *dc = atomic_load_explicit(&w->devs, memory_order_relaxed); dc;
 	     dc = dc->next) {
 		struct ss_srq *srq = atomic_load_explicit(&dc->srq, memory_order_acquire);
@@ -262,6 +292,12 @@ void ss_worker_get_stats(struct ss_worker *w, struct ss_worker_stats *st)
 		if (dc->qpool_started)
 			ss_qpool_get_stats(&dc->qpool, &st->qp_ready, &st->qp_taken, &st->qp_own);
 	}
+}
+
+void ss_worker_get_stats(struct ss_worker *w, struct ss_worker_stats *st)
+{
+	pthread_mutex_lock(&w->lock);
+	worker_stats_locked(w, st);
 	pthread_mutex_unlock(&w->lock);
 }
 
@@ -271,7 +307,12 @@ void ss_worker_publish(struct ss_worker *w, struct ss_worker_stats *pub)
 	ss_worker_wake(w);
 }
 
-/* Refreshes the published statistics once a second; returns the epoll timeout until the next. */
+/*
+ * Refreshes the published statistics once a second; returns the epoll
+ * timeout until the next. Never waits for the worker's lock: a device being
+ * opened holds it for a long time (100-350 ms in the guest), and this
+ * thread's other work must go on meanwhile; it tries again 10 ms later.
+ */
 static int refresh_stats(struct ss_worker *w, uint64_t now)
 {
 	struct ss_worker_stats *pub = atomic_load_explicit(&w->pub, memory_order_acquire), st;
@@ -279,7 +320,10 @@ static int refresh_stats(struct ss_worker *w, uint64_t now)
 	if (!pub)
 		return -1;
 	if (now >= w->pub_next_ms) {
-		ss_worker_get_stats(w, &st);
+		if (pthread_mutex_trylock(&w->lock) != 0)
+			return 10;
+		worker_stats_locked(w, &st);
+		pthread_mutex_unlock(&w->lock);
 		*pub = st;
 		w->pub_next_ms = now + 1000;
 	}

@@ -92,11 +92,13 @@ int ss_worker_devctx(struct ss_worker *w, const struct ss_dev_override *ovr,
 		     enum ss_reason *reason_p);
 
 /*
- * Makes the device's send pool and, for SRQ mode, its SRQ side, on the
- * first connection that needs them. Returns 0 or -errno.
+ * The device for local with its port up and its pools made (send pool;
+ * SRQ side in SRQ mode; the QP pool started), for a connection. Returns 0,
+ * or -errno with *reason_p.
  */
-int ss_worker_devctx_pools(struct ss_worker *w, struct ss_devctx *dc,
-			   const struct ss_transport_cfg *cfg);
+int ss_worker_devctx_ready(struct ss_worker *w, const struct ss_transport_cfg *cfg,
+			   const struct sockaddr *local, struct ss_devctx **dc_p,
+			   enum ss_reason *reason_p);
 
 /* True while the progress thread must take CQ events (ss_worker_event_users). */
 static inline bool ss_worker_has_event_users(struct ss_worker *w)

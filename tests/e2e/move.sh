@@ -140,7 +140,55 @@ for mode in srq rq; do
 	got_s=$(outcome "$WORK/late.server"); got_c=$(outcome "$WORK/late.client")
 	[ "$got_s" = "$want" ] && [ "$got_c" = "$want" ] ||
 		fail "$mode: idle connections on TCP: server shows '$got_s', client '$got_c', want '$want' each"
-	pass "$mode: three idle connections on TCP that may move, shown as such at both ends"
+	# Idle connections open no device (the process's first device is opened
+	# ahead of a move only for a connection that has done enough).
+	for f in "$WORK/late.server" "$WORK/late.client"; do
+		[ "$(status_eval "p['device']" < "$f")" = "" ] || fail "$mode: idle connections: ${f##*.} opened a device"
+	done
+	pass "$mode: three idle connections on TCP that may move, shown as such at both ends, no device opened"
+done
+
+# A busy connection held back by its age alone (SRQSHIM_MOVE_AFTER_MS
+# 100 s): once it has done enough (SRQSHIM_MOVE_AFTER_CALLS), each end
+# opens its device ahead of the move (ss_tp_warm), so that the move does
+# not wait for it; the connection itself stays on TCP, and the device sends
+# no packet for it.
+for mode in srq rq; do
+	port=$((port + 1))
+	pkts=$(rdma_pkts)
+	env LD_PRELOAD="$PRELOAD" SRQSHIM_MODE=$mode $NEVER "$BUILD/tools/idle_echo" server "$ADDR" $port \
+		> /dev/null 2>&1 &
+	spid=$!
+	wait_listen $port
+	env LD_PRELOAD="$PRELOAD" SRQSHIM_MODE=$mode SRQSHIM_START=tcp $NEVER python3 -c '
+import socket, sys, time
+s = socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=20)
+for _ in range(20):
+    s.sendall(b"x" * 64)
+    got = b""
+    while len(got) < 64:
+        got += s.recv(64 - len(got))
+print("busy", flush=True)
+time.sleep(600)' "$ADDR" $port > "$WORK/warm.out" 2>&1 &
+	cpid=$!
+	for _ in $(seq 1 200); do grep -q '^busy' "$WORK/warm.out" && break; sleep 0.05; done
+	grep -q '^busy' "$WORK/warm.out" || { cat "$WORK/warm.out"; fail "$mode: the busy client did not finish its echoes"; }
+	# (The status shows a process's device within a second of its opening.)
+	for _ in $(seq 1 60); do
+		dev_s=$(status_of $spid "p['device']"); dev_c=$(status_of $cpid "p['device']")
+		[ "$dev_s $dev_c" = "$DEV $DEV" ] && break
+		sleep 0.1
+	done
+	got_s=$(status_of $spid "' '.join(c['state'] + ':' + c['reason'] for c in p['connections'])")
+	got_c=$(status_of $cpid "' '.join(c['state'] + ':' + c['reason'] for c in p['connections'])")
+	kill $cpid $spid 2>/dev/null || true
+	wait $cpid $spid 2>/dev/null || true
+	[ "$dev_s $dev_c" = "$DEV $DEV" ] ||
+		fail "$mode: a busy connection held back by its age: devices '$dev_s' (server), '$dev_c' (client), want $DEV"
+	[ "$got_s $got_c" = "tcp:started-on-tcp tcp:started-on-tcp" ] ||
+		fail "$mode: a busy connection held back by its age: server $got_s, client $got_c, want both on TCP"
+	[ $(($(rdma_pkts) - pkts)) -eq 0 ] || fail "$mode: $(($(rdma_pkts) - pkts)) RDMA packets for a connection on TCP"
+	pass "$mode: a busy connection held back by its age: both ends opened $DEV ahead of the move, still on TCP, no RDMA packet"
 done
 
 # The defaults (no SRQSHIM_START, no thresholds; the suite's environment
