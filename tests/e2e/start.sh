@@ -85,10 +85,10 @@ start_case() {
 			[ "$senv" = - ] || pre_s=("${SERVED[@]}" $senv)
 			pre_c=("${SHIMMED[@]}" $S $cenv)
 		fi
-		"${pre_s[@]}" python3 "$SC" server "$ADDR" $port $smode > "$WORK/sc.$how.srv" 2>&1 &
+		"${pre_s[@]}" "${PYTHON[@]}" "$SC" server "$ADDR" $port $smode > "$WORK/sc.$how.srv" 2>&1 &
 		spid=$!
 		wait_listen $port
-		"${pre_c[@]}" timeout 60 python3 "$SC" $c "$ADDR" $port > "$WORK/sc.$how.cli" 2>&1 ||
+		"${pre_c[@]}" timeout 60 "${PYTHON[@]}" "$SC" $c "$ADDR" $port > "$WORK/sc.$how.cli" 2>&1 ||
 			{ cat "$WORK/sc.$how.cli"; fail "$c ($how): the client failed"; }
 		server_settle $port
 		# (A server that exec'd has ended by itself.)
