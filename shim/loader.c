@@ -4,12 +4,9 @@
  */
 #include <dlfcn.h>
 #include <limits.h>
-#include <signal.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
-#include "shim/real.h"
 #include "shim/shim.h"
 #include "shim/stats.h"
 #include "transport/log.h"
@@ -19,58 +16,10 @@ _Atomic(struct ss_worker *) ss_w;
 
 static pthread_mutex_t tp_lock = PTHREAD_MUTEX_INITIALIZER;
 static enum ss_reason tp_failure; /* remembered: a failed load is not retried */
-/* The device asked for ahead of the first move (ss_tp_warm): once per process. */
-static atomic_bool tp_warm_asked;
 
 void ss_loader_after_fork(void)
 {
 	pthread_mutex_init(&tp_lock, NULL);
-	/* The child's worker is new, and has no device yet. */
-	atomic_store(&tp_warm_asked, false);
-}
-
-/* The warming thread: the device, then gone (its argument: the local address, ours to free). */
-static void *tp_warm_main(void *arg)
-{
-	struct ss_transport_cfg t;
-	struct ss_worker *w = atomic_load_explicit(&ss_w, memory_order_acquire);
-
-	ss_transport_cfg_fill(&t);
-	if (ss_tp->worker_warm(w, &t, arg) != 0)
-		ss_log_info(
-			"the device ahead of the first move: not opened (the move will say why)");
-	free(arg);
-	return NULL;
-}
-
-void ss_tp_warm(int fd)
-{
-	struct sockaddr_storage *local;
-	socklen_t len = sizeof(*local);
-	sigset_t all, old;
-	pthread_t th;
-	int err;
-
-	if (atomic_load_explicit(&tp_warm_asked, memory_order_relaxed) ||
-	    atomic_exchange(&tp_warm_asked, true) ||
-	    !atomic_load_explicit(&ss_w, memory_order_acquire))
-		return;
-	local = malloc(sizeof(*local));
-	if (!local || ss_real.getsockname(fd, (struct sockaddr *)local, &len) != 0) {
-		free(local);
-		return;
-	}
-	/* Its own thread, not the progress thread's deferred work: that takes the CQs' events. */
-	sigfillset(&all);
-	pthread_sigmask(SIG_SETMASK, &all, &old);
-	err = pthread_create(&th, NULL, tp_warm_main, local);
-	pthread_sigmask(SIG_SETMASK, &old, NULL);
-	if (err) {
-		free(local);
-		return;
-	}
-	pthread_setname_np(th, "srqshim-warm");
-	pthread_detach(th);
 }
 
 enum ss_reason ss_tp_load(void)

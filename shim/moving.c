@@ -214,16 +214,19 @@ static void move_ripen(struct ss_sock *s)
 	    (s->late_bytes < (uint64_t)ss_cfg.move_after_bytes &&
 	     s->late_calls < (uint64_t)ss_cfg.move_after_calls))
 		return;
-	/* Busy enough: the process's first move opens no device itself if its age leaves time. */
-	ss_tp_warm(s->tcp_fd);
 	use = (struct ss_late_use){.age_ms = ss_now_coarse_ms() - s->late_born_ms,
 				   .bytes = s->late_bytes,
 				   .calls = s->late_calls};
 	min = (struct ss_late_use){.age_ms = (uint64_t)ss_cfg.move_after_ms,
 				   .bytes = (uint64_t)ss_cfg.move_after_bytes,
 				   .calls = (uint64_t)ss_cfg.move_after_calls};
-	if (!ss_late_ripe(&use, &min))
+	if (!ss_late_ripe(&use, &min)) {
+		/* Busy enough, held back by its age alone: the process's first device opens
+		 * meanwhile. */
+		if (!ss_tcp_bound(s))
+			ss_tp_warm(s->tcp_fd);
 		return;
+	}
 	ss_log_info("fd %d: moving after %llu ms, %llu bytes, %llu calls", s->fds[0],
 		    (unsigned long long)use.age_ms, (unsigned long long)use.bytes,
 		    (unsigned long long)use.calls);

@@ -62,8 +62,16 @@ static void server_later(struct ss_sock *s, int fd, const struct ss_msg *hello)
 			     SS_STRIP_NONE); /* a LATER client sends nothing more */
 		return;
 	}
-	if (ss_send_msg(fd, &m, 1000) == 0)
-		return; /* on TCP for now; it may move once it is worth it (moving.c) */
+	if (ss_send_msg(fd, &m, 1000) == 0) {
+		/*
+		 * On TCP for now; it may move once it is worth it (moving.c). A
+		 * server opens its device at its first LATER, ahead of any move: it
+		 * serves many connections, and a shimmed client has come.
+		 */
+		if (!ss_tcp_bound(s))
+			ss_tp_warm(fd);
+		return;
+	}
 	ss_log_warn("fd %d: LATER not sent: the client will connect again", fd);
 	ss_move_leave(s, SS_REASON_LATER);
 }

@@ -87,6 +87,14 @@ static void before_fork(void)
 	ss_asking_finish_all();
 	ss_move_pin_all();
 	ss_inherit_forked();
+	/* Last: it holds its lock until the fork is done (after_fork_parent, ss_warm_after_fork).
+	 */
+	ss_warm_before_fork();
+}
+
+static void after_fork_parent(void)
+{
+	ss_warm_after_fork_parent();
 }
 
 /*
@@ -100,6 +108,7 @@ static void after_fork_child(void)
 	atomic_store_explicit(&ss_pid, getpid(), memory_order_relaxed);
 	ss_sock_after_fork();
 	ss_loader_after_fork();
+	ss_warm_after_fork();
 	ss_cache_after_fork();
 	ss_stats_after_fork();
 	ss_ready_after_fork();
@@ -134,7 +143,7 @@ __attribute__((constructor)) static void ss_shim_init(void)
 	ss_test_delays_load();
 	ss_real_init();
 	atomic_store_explicit(&ss_pid, getpid(), memory_order_relaxed);
-	pthread_atfork(before_fork, NULL, after_fork_child);
+	pthread_atfork(before_fork, after_fork_parent, after_fork_child);
 }
 
 void ss_shim_leaving(bool close_open)

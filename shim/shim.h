@@ -34,10 +34,15 @@ void ss_loader_after_fork(void);
 
 /*
  * Opens the device of fd's local address and makes its pools in a thread
- * of its own, once per process (the first connection that will soon move
- * asks: moving.c), so that the move finds them made. Needs the worker.
+ * of its own, once per process (a server's first LATER, a client's first
+ * connection that will soon move), so that a move finds them made. Needs
+ * the worker (warm.c).
  */
 void ss_tp_warm(int fd);
+/* Fork: the prepare handler waits for an opening under way (warm.c). */
+void ss_warm_before_fork(void);
+void ss_warm_after_fork_parent(void);
+void ss_warm_after_fork(void);
 
 /* The transport's settings from the options table. */
 void ss_transport_cfg_fill(struct ss_transport_cfg *t);

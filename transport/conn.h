@@ -208,9 +208,9 @@ void ss_worker_publish(struct ss_worker *w, struct ss_worker_stats *pub);
 int ss_worker_get(struct ss_worker **worker_p);
 
 /*
- * Opens the device for local (GID form) and makes its pools, as the first
- * connection on it would (ss_conn_create), ahead of that connection: the
- * caller's thread takes that time. Returns 0 or -errno.
+ * Opens the device of the local address local and makes its pools, as the
+ * first connection on it would (ss_conn_create), ahead of that connection:
+ * the caller's thread takes that time. Returns 0 or -errno.
  */
 int ss_worker_warm(struct ss_worker *w, const struct ss_transport_cfg *cfg,
 		   const struct sockaddr *local);

@@ -1,6 +1,6 @@
 /*
- * The worker: devices opened on first need, and one progress thread that
- * waits on their completion channels, on the fds the shim asks it to watch
+ * The worker: devices opened on first need (or ahead of it: ss_worker_warm), and one progress
+ * thread that waits on their completion channels, on the fds the shim asks it to watch
  * (ss_worker_watch) and on a wake-up eventfd, and runs timers. It alone takes CQ events, so it
  * alone frees connections (ss_worker_bury), which keeps frees and events apart.
  */

@@ -93,8 +93,8 @@ int ss_worker_devctx(struct ss_worker *w, const struct ss_dev_override *ovr,
 
 /*
  * The device for local with its port up and its pools made (send pool;
- * SRQ side in SRQ mode; the QP pool started), for a connection. Returns 0,
- * or -errno with *reason_p.
+ * SRQ side in SRQ mode; the QP pool started where SRQSHIM_QP_POOL asks for
+ * one), for a connection. Returns 0, or -errno with *reason_p.
  */
 int ss_worker_devctx_ready(struct ss_worker *w, const struct ss_transport_cfg *cfg,
 			   const struct sockaddr *local, struct ss_devctx **dc_p,
