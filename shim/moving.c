@@ -223,8 +223,7 @@ static void move_ripen(struct ss_sock *s)
 	if (!ss_late_ripe(&use, &min)) {
 		/* Busy enough, held back by its age alone: the process's first device opens
 		 * meanwhile. */
-		if (!ss_tcp_bound(s))
-			ss_tp_warm(s->tcp_fd);
+		ss_tp_warm(s, s->tcp_fd);
 		return;
 	}
 	ss_log_info("fd %d: moving after %llu ms, %llu bytes, %llu calls", s->fds[0],

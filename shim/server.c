@@ -68,8 +68,7 @@ static void server_later(struct ss_sock *s, int fd, const struct ss_msg *hello)
 		 * server opens its device at its first LATER, ahead of any move: it
 		 * serves many connections, and a shimmed client has come.
 		 */
-		if (!ss_tcp_bound(s))
-			ss_tp_warm(fd);
+		ss_tp_warm(s, fd);
 		return;
 	}
 	ss_log_warn("fd %d: LATER not sent: the client will connect again", fd);

@@ -33,12 +33,13 @@ enum ss_reason ss_tp_load(void);
 void ss_loader_after_fork(void);
 
 /*
- * Opens the device of fd's local address and makes its pools in a thread
- * of its own, once per process (a server's first LATER, a client's first
- * connection that will soon move), so that a move finds them made. Needs
- * the worker (warm.c).
+ * Opens the device of the local address of fd (s's TCP socket) and makes
+ * its pools in a thread of its own, once per process (a server's first
+ * LATER, a client's first connection that will soon move), so that a move
+ * finds them made; not for a socket bound to TCP (ss_tcp_bound). Needs the
+ * worker (warm.c).
  */
-void ss_tp_warm(int fd);
+void ss_tp_warm(struct ss_sock *s, int fd);
 /* Fork: the prepare handler waits for an opening under way (warm.c). */
 void ss_warm_before_fork(void);
 void ss_warm_after_fork_parent(void);

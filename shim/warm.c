@@ -43,7 +43,7 @@ static void *warm_main(void *arg)
 	return NULL;
 }
 
-void ss_tp_warm(int fd)
+void ss_tp_warm(struct ss_sock *s, int fd)
 {
 	struct ss_worker *w = atomic_load_explicit(&ss_w, memory_order_acquire);
 	socklen_t len = sizeof(struct sockaddr_storage);
@@ -53,8 +53,8 @@ void ss_tp_warm(int fd)
 	int err;
 
 	/* (A vfork child shares our memory: a thread made there would be the parent's.) */
-	if (!w || atomic_load_explicit(&warm_asked, memory_order_relaxed) || ss_in_vfork_child() ||
-	    atomic_exchange(&warm_asked, true))
+	if (!w || atomic_load_explicit(&warm_asked, memory_order_relaxed) || ss_tcp_bound(s) ||
+	    ss_in_vfork_child() || atomic_exchange(&warm_asked, true))
 		return;
 	job = malloc(sizeof(*job));
 	if (!job || ss_real.getsockname(fd, (struct sockaddr *)&job->local, &len) != 0) {

@@ -159,7 +159,7 @@ for mode in srq rq; do
 		> /dev/null 2>&1 &
 	spid=$!
 	wait_listen $port
-	env LD_PRELOAD="$PRELOAD" SRQSHIM_MODE=$mode SRQSHIM_START=tcp $NEVER python3 -c '
+	env LD_PRELOAD="$PRELOAD" SRQSHIM_MODE=$mode SRQSHIM_START=tcp $NEVER "${PYTHON[@]}" -c '
 import socket, sys, time
 s = socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=20)
 for _ in range(20):
